@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from celery.signals import worker_ready
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("agent_memory")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.imports = ("config.tasks",)
+app.autodiscover_tasks()
+
+
+@worker_ready.connect
+def _beat_on_start(**_: object) -> None:
+    # A heartbeat right away, so /healthz sees the worker without waiting for beat's first tick.
+    app.send_task("config.tasks.worker_heartbeat")

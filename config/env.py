@@ -1,0 +1,66 @@
+"""Typed readers for settings that come from the environment.
+
+Each helper names the variable once and says what an unset or empty value means, so settings.py
+reads as a list of decisions rather than string parsing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class ConfigError(RuntimeError):
+    """An environment variable holds a value the service cannot use."""
+
+
+def env_str(name: str, default: str = "") -> str:
+    value = os.environ.get(name, "")
+    return value if value != "" else default
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name} must be a boolean (true/false), got {raw!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name, "")
+    if raw.strip() == "":
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_path(name: str, default: Path, *, base: Path) -> Path:
+    """A filesystem path; relative values are taken relative to ``base`` (the project root)."""
+    raw = os.environ.get(name, "").strip()
+    path = Path(raw) if raw else default
+    if not path.is_absolute():
+        path = base / path
+    return path.resolve()

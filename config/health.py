@@ -1,0 +1,59 @@
+"""Liveness of the service's dependencies, as reported by /healthz."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import connection
+
+HEARTBEAT_KEY = "agent-memory:worker-heartbeat"
+
+
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+
+
+def worker_heartbeat_record(*, now: float | None = None) -> None:
+    client = redis_client()
+    try:
+        client.set(HEARTBEAT_KEY, str(time.time() if now is None else now))
+    finally:
+        client.close()
+
+
+def _check_database() -> dict[str, Any]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return {"ok": True}
+    except Exception as exc:  # any failure means "unhealthy", whatever the driver raised
+        return {"ok": False, "error": type(exc).__name__}
+
+
+def _check_redis_and_worker() -> tuple[dict[str, Any], dict[str, Any]]:
+    client = redis_client()
+    try:
+        client.ping()
+        raw = client.get(HEARTBEAT_KEY)
+    except redis.RedisError as exc:
+        failure = {"ok": False, "error": type(exc).__name__}
+        return failure, {"ok": False, "error": "redis unavailable"}
+    finally:
+        client.close()
+    if raw is None:
+        return {"ok": True}, {"ok": False, "error": "no heartbeat yet", "age_seconds": None}
+    age = max(0.0, time.time() - float(raw))
+    healthy = age <= settings.WORKER_HEARTBEAT_MAX_AGE_SECONDS
+    worker: dict[str, Any] = {"ok": healthy, "age_seconds": round(age, 1)}
+    if not healthy:
+        worker["error"] = "heartbeat too old"
+    return {"ok": True}, worker
+
+
+def health_report() -> dict[str, Any]:
+    redis_state, worker_state = _check_redis_and_worker()
+    checks = {"database": _check_database(), "redis": redis_state, "worker": worker_state}
+    return {"ok": all(check["ok"] for check in checks.values()), "checks": checks}

@@ -1,0 +1,226 @@
+"""Settings for every environment, read from environment variables.
+
+With nothing set, the service runs in its embedded default: PostgreSQL and Redis on Unix sockets
+under the data folder (see ``config.embedded``). ``DATABASE_URL`` and ``REDIS_URL`` switch to
+external services. The README's configuration table lists every variable read here.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+import django_stubs_ext
+
+from config.embedded import EmbeddedLayout
+from config.env import env_bool, env_float, env_int, env_list, env_path, env_str
+
+# Lets typed generics such as ModelAdmin[Agent] work at run time (DRF's: see LedgerConfig).
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = env_path("AGENT_MEMORY_DATA_DIR", Path("var"), base=BASE_DIR)
+EMBEDDED = EmbeddedLayout(DATA_DIR)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in the data folder."""
+    configured = env_str("SECRET_KEY")
+    if configured:
+        return configured
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEBUG", default=False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_htmx",
+    "ledger",
+    "memory",
+    "trust",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "config.middleware.ApiBodyLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "ledger.middleware.TenantMembershipMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+else:
+    DATABASES = {"default": {**EMBEDDED.database_settings(), "CONN_MAX_AGE": 60}}
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis and Celery -------------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL") or EMBEDDED.redis_url
+
+
+def _celery_url(redis_url: str) -> str:
+    """Celery names Unix-socket Redis ``redis+socket://``; redis-py names it ``unix://``."""
+    if redis_url.startswith("unix://"):
+        path, _, query = redis_url.removeprefix("unix://").partition("?")
+        database = dict(part.split("=", 1) for part in query.split("&") if "=" in part).get("db")
+        return f"redis+socket://{path}" + (f"?virtual_host={database}" if database else "")
+    return redis_url
+
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "agent-memory",
+    }
+}
+
+CELERY_BROKER_URL = _celery_url(REDIS_URL)
+CELERY_RESULT_BACKEND = _celery_url(REDIS_URL)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_EXPIRES = 24 * 3600
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+WORKER_HEARTBEAT_INTERVAL_SECONDS = env_int("WORKER_HEARTBEAT_INTERVAL_SECONDS", 15)
+# /healthz calls the worker unhealthy when its last heartbeat task ran longer ago than this.
+WORKER_HEARTBEAT_MAX_AGE_SECONDS = env_int("WORKER_HEARTBEAT_MAX_AGE_SECONDS", 60)
+CELERY_BEAT_SCHEDULE = {
+    "worker-heartbeat": {
+        "task": "config.tasks.worker_heartbeat",
+        "schedule": float(WORKER_HEARTBEAT_INTERVAL_SECONDS),
+        "options": {"expires": float(WORKER_HEARTBEAT_INTERVAL_SECONDS)},
+    },
+}
+
+# --- Auth, sessions, security -----------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_COOKIES = env_bool("SECURE_COOKIES", default=False)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+# --- API --------------------------------------------------------------------------------------
+# Bodies above this are refused with 413 before they are read.
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 10 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
+API_KEY_LAST_USED_RESOLUTION_SECONDS = 60
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["ledger.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["ledger.permissions.HasRequiredRole"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PAGINATION_CLASS": "config.api.CursorPagination",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.api.api_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "PAGE_SIZE": 50,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent Memory API",
+    "DESCRIPTION": (
+        "Memory and trust for multi-agent LLM systems: an append-only ledger, episodic memory, "
+        "and trust scores learned from dissents and human overrides. Authenticate with "
+        "`Authorization: Bearer <api key>`."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SECURITY": [{"ApiKey": []}],
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer"}},
+    },
+}
+
+# --- Embeddings (used by the memory app) ------------------------------------------------------
+EMBEDDING_BACKEND = env_str("EMBEDDING_BACKEND", "local")  # "local" or "openai"
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "")
+EMBEDDING_URL = env_str("EMBEDDING_URL", "")
+EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")
+EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384)
+EMBEDDING_TIMEOUT_SECONDS = env_float("EMBEDDING_TIMEOUT_SECONDS", 10.0)
+
+# --- Internationalisation, static files -------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

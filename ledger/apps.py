@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class LedgerConfig(AppConfig):
+    name = "ledger"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # DRF's generic classes are typed in its stubs but not subscriptable at run time.
+        import django_stubs_ext
+        from rest_framework import fields, generics, serializers, viewsets
+
+        django_stubs_ext.monkeypatch(
+            extra_classes=[
+                serializers.BaseSerializer,
+                serializers.Serializer,
+                serializers.ModelSerializer,
+                serializers.ListSerializer,
+                fields.Field,
+                serializers.RelatedField,
+                generics.GenericAPIView,
+                viewsets.GenericViewSet,
+            ]
+        )

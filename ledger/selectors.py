@@ -1,0 +1,85 @@
+"""Reads from the ledger app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from ledger.chain import event_hash
+from ledger.models import ApiKey, Event, Membership, Tenant
+
+_VERIFY_BATCH = 2000
+
+
+def api_key_by_secret(*, raw_key: str) -> ApiKey | None:
+    """The active key with this secret, or None. Looks up by hash: the secret is never stored."""
+    from ledger.services import api_key_hash
+
+    return (
+        ApiKey.objects.select_related("tenant", "agent")
+        .filter(key_hash=api_key_hash(raw_key), revoked_at__isnull=True)
+        .first()
+    )
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    ok: bool
+    events_checked: int
+    first_broken_seq: int | None = None
+    reason: str = ""
+
+
+def event_chain_verify(*, tenant: Tenant) -> ChainReport:
+    """Walk the tenant's chain in seq order and report the first link that does not hold.
+
+    Reads in keyset-paginated batches so a long chain never sits in memory at once.
+    """
+    expected_seq = 1
+    prev_hash = Event.GENESIS_HASH
+    checked = 0
+    while True:
+        batch = list(
+            Event.objects.filter(tenant=tenant, seq__gte=expected_seq).order_by("seq")[
+                :_VERIFY_BATCH
+            ]
+        )
+        if not batch:
+            return ChainReport(ok=True, events_checked=checked)
+        for event in batch:
+            if event.seq != expected_seq:
+                return ChainReport(False, checked, expected_seq, f"event #{expected_seq} is missing")
+            if event.prev_hash != prev_hash:
+                return ChainReport(
+                    False, checked, event.seq, "prev_hash does not match the previous event's hash"
+                )
+            recomputed = event_hash(
+                tenant_id=tenant.pk,
+                seq=event.seq,
+                run_id=event.run_id,
+                round_id=event.round_id,
+                turn=event.turn,
+                actor=event.actor,
+                kind=event.kind,
+                payload=event.payload,
+                created_at=event.created_at,
+                prev_hash=event.prev_hash,
+            )
+            if recomputed != event.hash:
+                return ChainReport(
+                    False, checked, event.seq, "contents do not match the stored hash"
+                )
+            prev_hash = event.hash
+            expected_seq += 1
+            checked += 1
+
+
+def membership_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Membership | None:
+    """The person's membership; with several tenants, the oldest (tenant switching comes later)."""
+    return (
+        Membership.objects.select_related("tenant")
+        .filter(user_id=user.pk)
+        .order_by("created_at", "id")
+        .first()
+    )

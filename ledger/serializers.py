@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from ledger.models import Agent, ApiKey, Role
+
+
+class AgentSerializer(serializers.ModelSerializer[Agent]):
+    name = serializers.CharField(max_length=200, trim_whitespace=True)
+
+    class Meta:
+        model = Agent
+        fields = [
+            "id",
+            "name",
+            "model",
+            "primary_role",
+            "created_at",
+            "rounds_participated",
+            "probation_until",
+            "trust_score",
+        ]
+        read_only_fields = ["id", "created_at", "rounds_participated", "trust_score"]
+        # Uniqueness is the service's to report (409 agent_name_taken), not the serializer's 400.
+        validators: list[Any] = []
+
+
+class ApiKeySerializer(serializers.ModelSerializer[ApiKey]):
+    agent = serializers.SlugRelatedField(
+        slug_field="name", queryset=Agent.objects.none(), required=False, allow_null=True
+    )
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.AGENT)
+
+    class Meta:
+        model = ApiKey
+        fields = ["id", "name", "prefix", "role", "agent", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        tenant = self.context.get("tenant")
+        agent_field = fields["agent"]
+        assert isinstance(agent_field, serializers.SlugRelatedField)
+        # Only this tenant's agents can be named: another tenant's agent reads as "does not exist".
+        agent_field.queryset = Agent.objects.filter(tenant=tenant) if tenant else Agent.objects.none()
+        return fields
+
+
+class ApiKeyCreatedSerializer(ApiKeySerializer):
+    key = serializers.CharField(read_only=True, help_text="The secret. Shown once, never again.")
+
+    class Meta(ApiKeySerializer.Meta):
+        fields = [*ApiKeySerializer.Meta.fields, "key"]

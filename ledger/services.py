@@ -1,0 +1,344 @@
+"""Writes to the ledger app: the event log and the identity it owns.
+
+Every change here appends an event in the same transaction as the row it changes, so the log is a
+complete record of who did what.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+from rest_framework import status
+
+from config.api import ApiError, Conflict
+from ledger.chain import event_hash
+from ledger.models import Agent, ApiKey, Event, Membership, Role, Tenant
+
+SYSTEM_ACTOR = "system"
+API_KEY_PREFIX = "amk_"
+_VISIBLE_PREFIX_LENGTH = 12
+
+
+def actor_for_user(user: AbstractBaseUser) -> str:
+    return f"human:{user.get_username()}"
+
+
+def actor_for_api_key(api_key: ApiKey) -> str:
+    """An agent-scoped key acts as its agent; a tenant-wide key is named by its visible prefix."""
+    if api_key.agent is not None:
+        return api_key.agent.name
+    return f"api_key:{api_key.prefix}"
+
+
+# --- Events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventDraft:
+    kind: str
+    actor: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    run_id: str = ""
+    round_id: str = ""
+    turn: int = 0
+
+
+def _payloads_as_stored(payloads: Sequence[dict[str, Any]]) -> list[Any]:
+    """Each payload exactly as PostgreSQL's jsonb will hand it back.
+
+    jsonb rewrites some values (``1e+20`` comes back as the integer ``100000000000000000000``),
+    and verification later hashes what it reads. Hashing the round-tripped value keeps the two
+    identical whatever the client sent.
+    """
+    texts = []
+    for payload in payloads:
+        try:
+            text = json.dumps(payload, allow_nan=False, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise ApiError(
+                code="invalid_payload", message=f"The payload is not storable JSON: {exc}"
+            ) from exc
+        if "\\u0000" in text:
+            raise ApiError(
+                code="invalid_payload", message="The payload contains a NUL character (\\u0000)."
+            )
+        texts.append(text)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT value::text FROM unnest(%s::jsonb[]) WITH ORDINALITY AS t(value, position)"
+            " ORDER BY position",
+            [texts],
+        )
+        return [json.loads(row[0]) for row in cursor.fetchall()]
+
+
+def _lock_chain(tenant: Tenant) -> tuple[int, str]:
+    """Serialise appends for one tenant and return the chain head (last seq, last hash).
+
+    A transaction-scoped advisory lock, so concurrent web and worker processes queue here instead
+    of forking the chain; it is released at commit or rollback.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('agent-memory:ledger:' || %s, 0))",
+            [tenant.pk],
+        )
+    head = (
+        Event.objects.filter(tenant=tenant).order_by("-seq").values_list("seq", "hash").first()
+    )
+    return head if head is not None else (0, Event.GENESIS_HASH)
+
+
+def events_append(*, tenant: Tenant, drafts: Sequence[EventDraft]) -> list[Event]:
+    """Append events to the tenant's chain, in order, atomically."""
+    if not drafts:
+        return []
+    with transaction.atomic():
+        seq, prev_hash = _lock_chain(tenant)
+        payloads = _payloads_as_stored([draft.payload for draft in drafts])
+        now = timezone.now()
+        events = []
+        for draft, payload in zip(drafts, payloads, strict=True):
+            seq += 1
+            digest = event_hash(
+                tenant_id=tenant.pk,
+                seq=seq,
+                run_id=draft.run_id,
+                round_id=draft.round_id,
+                turn=draft.turn,
+                actor=draft.actor,
+                kind=draft.kind,
+                payload=payload,
+                created_at=now,
+                prev_hash=prev_hash,
+            )
+            events.append(
+                Event(
+                    tenant=tenant,
+                    seq=seq,
+                    run_id=draft.run_id,
+                    round_id=draft.round_id,
+                    turn=draft.turn,
+                    actor=draft.actor,
+                    kind=draft.kind,
+                    payload=payload,
+                    created_at=now,
+                    prev_hash=prev_hash,
+                    hash=digest,
+                )
+            )
+            prev_hash = digest
+        return Event.objects.bulk_create(events)
+
+
+def event_append(
+    *,
+    tenant: Tenant,
+    kind: str,
+    actor: str,
+    payload: dict[str, Any] | None = None,
+    run_id: str = "",
+    round_id: str = "",
+    turn: int = 0,
+) -> Event:
+    draft = EventDraft(
+        kind=kind, actor=actor, payload=payload or {}, run_id=run_id, round_id=round_id, turn=turn
+    )
+    return events_append(tenant=tenant, drafts=[draft])[0]
+
+
+# --- Tenants and people ------------------------------------------------------------------------
+
+
+def tenant_create(*, name: str, slug: str, actor: str = SYSTEM_ACTOR) -> Tenant:
+    with transaction.atomic():
+        if Tenant.objects.filter(slug=slug).exists():
+            raise Conflict(code="tenant_slug_taken", message=f"A tenant '{slug}' already exists.")
+        tenant = Tenant.objects.create(name=name, slug=slug)
+        event_append(
+            tenant=tenant, kind="tenant.created", actor=actor, payload={"name": name, "slug": slug}
+        )
+    return tenant
+
+
+def membership_grant(
+    *, tenant: Tenant, user: AbstractBaseUser, role: str, actor: str = SYSTEM_ACTOR
+) -> Membership:
+    with transaction.atomic():
+        membership, _ = Membership.objects.update_or_create(
+            tenant=tenant, user=user, defaults={"role": role}
+        )
+        event_append(
+            tenant=tenant,
+            kind="membership.granted",
+            actor=actor,
+            payload={"username": user.get_username(), "role": role},
+        )
+    return membership
+
+
+# --- Agents ------------------------------------------------------------------------------------
+
+
+def _agent_name_taken(tenant: Tenant, name: str) -> Conflict:
+    return Conflict(
+        code="agent_name_taken",
+        message=f"This tenant already has an agent named '{name}'.",
+        details={"name": name},
+    )
+
+
+def agent_create(
+    *, tenant: Tenant, name: str, actor: str, model: str = "", primary_role: str = ""
+) -> Agent:
+    try:
+        with transaction.atomic():
+            agent = Agent.objects.create(
+                tenant=tenant, name=name, model=model, primary_role=primary_role
+            )
+            event_append(
+                tenant=tenant,
+                kind="agent.registered",
+                actor=actor,
+                payload={
+                    "agent_id": agent.pk,
+                    "name": name,
+                    "model": model,
+                    "primary_role": primary_role,
+                },
+            )
+    except IntegrityError as exc:
+        raise _agent_name_taken(tenant, name) from exc
+    return agent
+
+
+AGENT_EDITABLE_FIELDS = ("name", "model", "primary_role", "probation_until")
+
+
+def agent_update(*, agent: Agent, actor: str, changes: dict[str, Any]) -> Agent:
+    unknown = set(changes) - set(AGENT_EDITABLE_FIELDS)
+    if unknown:
+        raise ApiError(
+            code="field_not_editable", message=f"Cannot change: {', '.join(sorted(unknown))}."
+        )
+    changed = {key: value for key, value in changes.items() if getattr(agent, key) != value}
+    if not changed:
+        return agent
+    for key, value in changed.items():
+        setattr(agent, key, value)
+    try:
+        with transaction.atomic():
+            agent.save(update_fields=list(changed))
+            event_append(
+                tenant=agent.tenant,
+                kind="agent.updated",
+                actor=actor,
+                payload={
+                    "agent_id": agent.pk,
+                    "changes": {
+                        key: value.isoformat() if hasattr(value, "isoformat") else value
+                        for key, value in changed.items()
+                    },
+                },
+            )
+    except IntegrityError as exc:
+        agent.refresh_from_db()
+        raise _agent_name_taken(agent.tenant, str(changes.get("name"))) from exc
+    return agent
+
+
+def agent_delete(*, agent: Agent, actor: str) -> None:
+    with transaction.atomic():
+        event_append(
+            tenant=agent.tenant,
+            kind="agent.deleted",
+            actor=actor,
+            payload={"agent_id": agent.pk, "name": agent.name},
+        )
+        agent.delete()
+
+
+# --- API keys ----------------------------------------------------------------------------------
+
+
+def api_key_hash(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode("utf-8")).hexdigest()
+
+
+def api_key_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    role: str,
+    actor: str,
+    agent: Agent | None = None,
+    created_by: AbstractBaseUser | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key and return it with its secret, which is never stored or shown again."""
+    if role not in Role.values:
+        raise ApiError(code="invalid_role", message=f"Role must be one of {', '.join(Role.values)}.")
+    if agent is not None and agent.tenant_id != tenant.pk:
+        raise ApiError(
+            code="not_found", message="No such agent.", status_code=status.HTTP_404_NOT_FOUND
+        )
+    raw_key = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        api_key = ApiKey.objects.create(
+            tenant=tenant,
+            name=name,
+            prefix=raw_key[:_VISIBLE_PREFIX_LENGTH],
+            key_hash=api_key_hash(raw_key),
+            role=role,
+            agent=agent,
+            created_by=created_by,  # type: ignore[misc]
+        )
+        event_append(
+            tenant=tenant,
+            kind="api_key.created",
+            actor=actor,
+            payload={
+                "key_id": api_key.pk,
+                "prefix": api_key.prefix,
+                "name": name,
+                "role": role,
+                "agent": agent.name if agent else None,
+            },
+        )
+    return api_key, raw_key
+
+
+def api_key_revoke(*, api_key: ApiKey, actor: str) -> ApiKey:
+    with transaction.atomic():
+        # Conditional update: revoking twice keeps the first revocation time and logs once.
+        revoked = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        if revoked:
+            event_append(
+                tenant=api_key.tenant,
+                kind="api_key.revoked",
+                actor=actor,
+                payload={"key_id": api_key.pk, "prefix": api_key.prefix},
+            )
+    api_key.refresh_from_db()
+    return api_key
+
+
+def api_key_mark_used(*, api_key: ApiKey) -> None:
+    """Record use at most once a minute per key, so authentication is not a write per request."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.API_KEY_LAST_USED_RESOLUTION_SECONDS)
+    ApiKey.objects.filter(pk=api_key.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
+    ).update(last_used_at=now)

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from rest_framework.routers import SimpleRouter
+
+from ledger.api import AgentViewSet, ApiKeyViewSet
+
+api_router = SimpleRouter()
+api_router.register("agents", AgentViewSet, basename="agent")
+api_router.register("api-keys", ApiKeyViewSet, basename="api-key")

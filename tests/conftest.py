@@ -1,0 +1,90 @@
+"""Test-run wiring: real PostgreSQL (embedded, or DATABASE_URL) and real Redis (embedded, or
+REDIS_URL), started once per run under var/test and stopped at the end if this run started them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from config import embedded
+from ledger import services
+from ledger.models import Agent, ApiKey, Role, Tenant
+
+_started_here: list[Callable[[embedded.EmbeddedLayout], None]] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    layout = settings.EMBEDDED
+    if not os.environ.get("DATABASE_URL") and embedded.postgres_start(layout):
+        _started_here.append(embedded.postgres_stop)
+    if not os.environ.get("REDIS_URL") and embedded.redis_start(layout):
+        _started_here.append(embedded.redis_stop)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if os.environ.get("AGENT_MEMORY_KEEP_TEST_SERVICES"):
+        return
+    for stop in reversed(_started_here):
+        stop(settings.EMBEDDED)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    # Django empties tables between transactional tests with TRUNCATE, which the ledger's
+    # append-only trigger refuses. The TRUNCATE trigger is switched off in the test database only;
+    # the UPDATE/DELETE trigger stays on, and the test of the TRUNCATE guard turns it back on
+    # inside its own transaction.
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate")
+    yield
+
+
+@pytest.fixture
+def tenant(db: None) -> Tenant:
+    return services.tenant_create(name="Acme Research", slug="acme")
+
+
+@pytest.fixture
+def other_tenant(db: None) -> Tenant:
+    return services.tenant_create(name="Globex", slug="globex")
+
+
+@pytest.fixture
+def make_agent(db: None) -> Callable[..., Agent]:
+    def make(tenant: Tenant, name: str = "Creator1", **fields: Any) -> Agent:
+        return services.agent_create(tenant=tenant, name=name, actor="system", **fields)
+
+    return make
+
+
+@pytest.fixture
+def make_key(db: None) -> Callable[..., tuple[ApiKey, str]]:
+    def make(
+        tenant: Tenant, role: str = Role.ADMIN, agent: Agent | None = None
+    ) -> tuple[ApiKey, str]:
+        return services.api_key_create(
+            tenant=tenant, name=f"{role} key", role=role, agent=agent, actor="system"
+        )
+
+    return make
+
+
+@pytest.fixture
+def api_as(make_key: Callable[..., tuple[ApiKey, str]]) -> Callable[..., APIClient]:
+    """An API client authenticated with a fresh key of the given tenant, role and agent scope."""
+
+    def client_for(tenant: Tenant, role: str = Role.ADMIN, agent: Agent | None = None) -> APIClient:
+        _, raw_key = make_key(tenant, role=role, agent=agent)
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+        return client
+
+    return client_for
