@@ -13,9 +13,10 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, pagination, status
-from rest_framework.response import Response
+
 # Module import, not name import: DRF's views import our authentication class, which imports this.
 from rest_framework import views as drf_views
+from rest_framework.response import Response
 
 
 class ApiError(exceptions.APIException):
@@ -101,9 +102,11 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         )
     else:
         code, message = _DRF_ERRORS.get(type(exc), (str(exc.default_code), str(exc.detail)))
-        if isinstance(exc, exceptions.ParseError) and "JSON" not in str(exc.detail):
-            message = str(exc.detail)
-        if isinstance(exc, exceptions.MethodNotAllowed | exceptions.Throttled):
+        # A specific message raised by our code (or DRF's, e.g. naming the method) beats the
+        # generic one; DRF's JSON parse messages stay generic as they quote parser internals.
+        if str(exc.detail) != str(exc.default_detail) and not isinstance(
+            exc, exceptions.ParseError
+        ):
             message = str(exc.detail)
         body = error_body(code, message)
     response.data = body

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import django_stubs_ext
@@ -93,8 +94,9 @@ TEMPLATES = [
 
 # --- Database ---------------------------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL")
+DATABASES: dict[str, dict[str, Any]]
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    DATABASES = {"default": dict(dj_database_url.parse(DATABASE_URL, conn_max_age=60))}
 else:
     DATABASES = {"default": {**EMBEDDED.database_settings(), "CONN_MAX_AGE": 60}}
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True

@@ -6,7 +6,7 @@ import os
 
 os.environ.setdefault("AGENT_MEMORY_DATA_DIR", "var/test")
 
-from config.settings import *  # noqa: E402,F403
+from config.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES = {

@@ -41,7 +41,7 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
         return queryset
 
     def get_serializer_context(self) -> dict[str, Any]:
-        context = super().get_serializer_context()
+        context = dict(super().get_serializer_context())
         if isinstance(self.request.user, ApiPrincipal):
             context["tenant"] = self.tenant
         return context

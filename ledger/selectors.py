@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from ledger.chain import event_hash
-from ledger.models import ApiKey, Event, Membership, Tenant
+from ledger.models import Agent, ApiKey, Event, Membership, Tenant
 
 _VERIFY_BATCH = 2000
 
@@ -49,7 +50,9 @@ def event_chain_verify(*, tenant: Tenant) -> ChainReport:
             return ChainReport(ok=True, events_checked=checked)
         for event in batch:
             if event.seq != expected_seq:
-                return ChainReport(False, checked, expected_seq, f"event #{expected_seq} is missing")
+                return ChainReport(
+                    False, checked, expected_seq, f"event #{expected_seq} is missing"
+                )
             if event.prev_hash != prev_hash:
                 return ChainReport(
                     False, checked, event.seq, "prev_hash does not match the previous event's hash"
@@ -82,4 +85,30 @@ def membership_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Membership
         .filter(user_id=user.pk)
         .order_by("created_at", "id")
         .first()
+    )
+
+
+@dataclass(frozen=True)
+class TenantOverview:
+    tenant: Tenant
+    agent_count: int
+    event_count: int
+    last_event_at: datetime | None
+    agents: list[Agent]
+
+
+def tenant_overview(*, tenant: Tenant, agent_limit: int = 20) -> TenantOverview:
+    """What the home page shows: how many agents and events the tenant has, and its first agents.
+
+    The event count is the last event's ``seq``: a tenant's chain is numbered 1, 2, 3… without
+    gaps (``event_chain_verify`` proves it), so one index lookup replaces a COUNT over the log.
+    """
+    last_event = Event.objects.for_tenant(tenant).order_by("-seq").only("seq", "created_at").first()
+    agents = Agent.objects.for_tenant(tenant)
+    return TenantOverview(
+        tenant=tenant,
+        agent_count=agents.count(),
+        event_count=last_event.seq if last_event else 0,
+        last_event_at=last_event.created_at if last_event else None,
+        agents=list(agents.order_by("name", "id")[:agent_limit]),
     )

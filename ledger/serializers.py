@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from rest_framework import serializers
 
 from ledger.models import Agent, ApiKey, Role
@@ -27,25 +28,35 @@ class AgentSerializer(serializers.ModelSerializer[Agent]):
         validators: list[Any] = []
 
 
+class TenantAgentField(serializers.SlugRelatedField[Agent]):
+    """An agent named in a request body, looked up only among the caller's tenant's agents, so
+    another tenant's agent reads as "does not exist"."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(slug_field="name", **kwargs)
+
+    def get_queryset(self) -> QuerySet[Agent]:
+        tenant = self.context.get("tenant")
+        return Agent.objects.filter(tenant=tenant) if tenant else Agent.objects.none()
+
+
 class ApiKeySerializer(serializers.ModelSerializer[ApiKey]):
-    agent = serializers.SlugRelatedField(
-        slug_field="name", queryset=Agent.objects.none(), required=False, allow_null=True
-    )
+    agent = TenantAgentField(required=False, allow_null=True)
     role = serializers.ChoiceField(choices=Role.choices, default=Role.AGENT)
 
     class Meta:
         model = ApiKey
-        fields = ["id", "name", "prefix", "role", "agent", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "role",
+            "agent",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
         read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
-
-    def get_fields(self) -> dict[str, Any]:
-        fields = super().get_fields()
-        tenant = self.context.get("tenant")
-        agent_field = fields["agent"]
-        assert isinstance(agent_field, serializers.SlugRelatedField)
-        # Only this tenant's agents can be named: another tenant's agent reads as "does not exist".
-        agent_field.queryset = Agent.objects.filter(tenant=tenant) if tenant else Agent.objects.none()
-        return fields
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):

@@ -94,9 +94,7 @@ def _lock_chain(tenant: Tenant) -> tuple[int, str]:
             "SELECT pg_advisory_xact_lock(hashtextextended('agent-memory:ledger:' || %s, 0))",
             [tenant.pk],
         )
-    head = (
-        Event.objects.filter(tenant=tenant).order_by("-seq").values_list("seq", "hash").first()
-    )
+    head = Event.objects.filter(tenant=tenant).order_by("-seq").values_list("seq", "hash").first()
     return head if head is not None else (0, Event.GENESIS_HASH)
 
 
@@ -177,7 +175,7 @@ def membership_grant(
 ) -> Membership:
     with transaction.atomic():
         membership, _ = Membership.objects.update_or_create(
-            tenant=tenant, user=user, defaults={"role": role}
+            tenant=tenant, user_id=user.pk, defaults={"role": role}
         )
         event_append(
             tenant=tenant,
@@ -287,7 +285,9 @@ def api_key_create(
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its secret, which is never stored or shown again."""
     if role not in Role.values:
-        raise ApiError(code="invalid_role", message=f"Role must be one of {', '.join(Role.values)}.")
+        raise ApiError(
+            code="invalid_role", message=f"Role must be one of {', '.join(Role.values)}."
+        )
     if agent is not None and agent.tenant_id != tenant.pk:
         raise ApiError(
             code="not_found", message="No such agent.", status_code=status.HTTP_404_NOT_FOUND

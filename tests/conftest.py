@@ -5,7 +5,7 @@ REDIS_URL), started once per run under var/test and stopped at the end if this r
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,7 +35,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
     # Django empties tables between transactional tests with TRUNCATE, which the ledger's
     # append-only trigger refuses. The TRUNCATE trigger is switched off in the test database only;
     # the UPDATE/DELETE trigger stays on, and the test of the TRUNCATE guard turns it back on
@@ -44,7 +44,6 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate")
-    yield
 
 
 @pytest.fixture

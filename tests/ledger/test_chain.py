@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import DatabaseError, connection, connections, transaction
+
+from ledger.models import Event, Tenant
+from ledger.selectors import event_chain_verify
+from ledger.services import EventDraft, event_append, events_append
+
+
+def append_n(tenant: Tenant, count: int, actor: str = "Creator1") -> list[Event]:
+    return events_append(
+        tenant=tenant,
+        drafts=[
+            EventDraft(kind="agent.spoke", actor=actor, payload={"text": f"line {i}"}, turn=i)
+            for i in range(count)
+        ],
+    )
+
+
+@pytest.mark.django_db
+def test_events_are_numbered_and_chained_per_tenant(tenant, other_tenant):
+    first = event_append(tenant=tenant, kind="run.started", actor="system", run_id="r1")
+    elsewhere = event_append(tenant=other_tenant, kind="run.started", actor="system")
+    second = event_append(tenant=tenant, kind="agent.spoke", actor="Creator1", run_id="r1")
+
+    # tenant_create wrote seq 1 in each tenant.
+    assert (first.seq, second.seq, elsewhere.seq) == (2, 3, 2)
+    assert second.prev_hash == first.hash
+    assert event_chain_verify(tenant=tenant).ok
+    assert event_chain_verify(tenant=other_tenant).ok
+
+
+@pytest.mark.django_db
+def test_payloads_that_jsonb_rewrites_still_verify(tenant):
+    event_append(
+        tenant=tenant,
+        kind="world.observed",
+        actor="system",
+        payload={"big": 1e20, "small": 1.5e-7, "text": "naïve ✓", "nested": {"b": [1, 2.50]}},
+    )
+
+    assert event_chain_verify(tenant=tenant).ok
+
+
+@pytest.mark.django_db
+def test_a_payload_with_a_nul_character_is_refused_before_anything_is_written(tenant):
+    before = Event.objects.count()
+
+    with pytest.raises(Exception, match="NUL"):
+        event_append(tenant=tenant, kind="x", actor="system", payload={"text": "a\u0000b"})
+
+    assert Event.objects.count() == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "statement",
+    ["UPDATE ledger_event SET actor = 'mallory'", "DELETE FROM ledger_event"],
+)
+def test_the_database_refuses_to_rewrite_events(tenant, statement):
+    with (
+        pytest.raises(DatabaseError, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(statement)
+
+    assert Event.objects.filter(tenant=tenant, actor="mallory").count() == 0
+
+
+@pytest.mark.django_db
+def test_the_database_refuses_to_truncate_events(tenant):
+    # The test database switches this trigger off for Django's flush; turn it back on here.
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Deferred foreign-key checks from this test's inserts would block ALTER TABLE.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE ledger_event ENABLE TRIGGER ledger_event_no_truncate")
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            cursor.execute("TRUNCATE ledger_event CASCADE")
+        transaction.set_rollback(True)
+
+    assert Event.objects.filter(tenant=tenant).exists()
+
+
+@pytest.mark.django_db
+def test_the_orm_cannot_update_or_delete_events_either(tenant):
+    event = Event.objects.get(tenant=tenant, seq=1)
+    event.actor = "mallory"
+
+    with pytest.raises(DatabaseError), transaction.atomic():
+        event.save()
+    with pytest.raises(DatabaseError), transaction.atomic():
+        Event.objects.filter(pk=event.pk).delete()
+
+
+def tamper(sql: str, params: list) -> None:
+    """Rewrite history behind the trigger's back, as an attacker with table-owner rights could."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_update_or_delete")
+        cursor.execute(sql, params)
+        cursor.execute("ALTER TABLE ledger_event ENABLE TRIGGER ledger_event_no_update_or_delete")
+
+
+@pytest.mark.django_db
+def test_verify_names_the_first_tampered_event(tenant):
+    events = append_n(tenant, 5)
+    target = events[2]
+
+    tamper(
+        "UPDATE ledger_event SET payload = %s::jsonb WHERE id = %s",
+        ['{"text": "forged"}', target.pk],
+    )
+    report = event_chain_verify(tenant=tenant)
+
+    assert not report.ok
+    assert report.first_broken_seq == target.seq
+    assert "hash" in report.reason
+
+
+@pytest.mark.django_db
+def test_verify_notices_a_deleted_event(tenant):
+    events = append_n(tenant, 4)
+
+    tamper("DELETE FROM ledger_event WHERE id = %s", [events[1].pk])
+    report = event_chain_verify(tenant=tenant)
+
+    assert not report.ok
+    assert report.first_broken_seq == events[1].seq
+
+
+@pytest.mark.django_db
+def test_verify_notices_a_rehashed_event_by_its_successor(tenant):
+    """Recomputing a forged event's own hash still breaks the next event's prev_hash link."""
+    events = append_n(tenant, 3)
+    target = events[0]
+    tamper("UPDATE ledger_event SET hash = %s WHERE id = %s", ["f" * 64, target.pk])
+
+    report = event_chain_verify(tenant=tenant)
+
+    assert report.first_broken_seq == target.seq
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_appenders_never_fork_the_chain(tenant):
+    writers, per_writer = 6, 25
+    errors: list[BaseException] = []
+    start = threading.Barrier(writers)
+
+    def write(index: int) -> None:
+        try:
+            start.wait()
+            for _ in range(per_writer):
+                event_append(tenant=tenant, kind="agent.spoke", actor=f"Writer{index}")
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=write, args=(index,)) for index in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    seqs = list(Event.objects.filter(tenant=tenant).values_list("seq", flat=True))
+    assert seqs == list(range(1, writers * per_writer + 2))
+    assert event_chain_verify(tenant=tenant).ok

@@ -1,0 +1,178 @@
+"""The isolation matrix: every API endpoint against another tenant's ids, revoked keys, missing
+keys and keys of too low a role.
+
+ENDPOINTS must list every operation in the OpenAPI schema (a test checks it), so an endpoint added
+later cannot skip these checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+from drf_spectacular.generators import SchemaGenerator
+from rest_framework.test import APIClient
+
+from ledger.models import Agent, ApiKey, Event, Role
+from ledger.scoping import TenantScopedViewSet
+from ledger.services import api_key_revoke
+
+pytestmark = pytest.mark.django_db
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str  # "{id}" is replaced by the id of the target object
+    role: str
+    body: dict | None = None
+    target: str | None = None  # which object "{id}" names: "agent" or "api_key"
+
+    def url(self, ids: dict[str, int]) -> str:
+        return self.path.replace("{id}", str(ids[self.target])) if self.target else self.path
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+ENDPOINTS = [
+    Endpoint("get", "/api/v1/agents/", Role.AGENT),
+    Endpoint("post", "/api/v1/agents/", Role.ADMIN, {"name": "NewAgent"}),
+    Endpoint("get", "/api/v1/agents/{id}/", Role.AGENT, target="agent"),
+    Endpoint("put", "/api/v1/agents/{id}/", Role.ADMIN, {"name": "Renamed"}, target="agent"),
+    Endpoint("patch", "/api/v1/agents/{id}/", Role.ADMIN, {"model": "m2"}, target="agent"),
+    Endpoint("delete", "/api/v1/agents/{id}/", Role.ADMIN, target="agent"),
+    Endpoint("get", "/api/v1/api-keys/", Role.ADMIN),
+    Endpoint("post", "/api/v1/api-keys/", Role.ADMIN, {"name": "k", "role": "agent"}),
+    Endpoint("get", "/api/v1/api-keys/{id}/", Role.ADMIN, target="api_key"),
+    Endpoint("post", "/api/v1/api-keys/{id}/revoke/", Role.ADMIN, target="api_key"),
+]
+DETAIL_ENDPOINTS = [endpoint for endpoint in ENDPOINTS if endpoint.target]
+ROLE_LIMITED = [
+    (endpoint, role)
+    for endpoint in ENDPOINTS
+    for role in Role.values
+    if not Role.allows(role, endpoint.role)
+]
+
+
+def call(client: APIClient, endpoint: Endpoint, ids: dict[str, int]):
+    return getattr(client, endpoint.method)(endpoint.url(ids), endpoint.body, format="json")
+
+
+def state_snapshot() -> tuple:
+    return (
+        list(Agent.objects.order_by("id").values_list("id", "name", "model")),
+        list(ApiKey.objects.order_by("id").values_list("id", "revoked_at")),
+        Event.objects.count(),
+    )
+
+
+@pytest.fixture
+def victim(tenant, make_agent, make_key) -> dict[str, int]:
+    """Objects of tenant "acme" that other callers try to reach."""
+    agent = make_agent(tenant, name="Creator1")
+    api_key, _ = make_key(tenant, role=Role.AGENT)
+    return {"agent": agent.pk, "api_key": api_key.pk}
+
+
+def test_every_operation_in_the_schema_is_in_the_matrix():
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    documented = {
+        f"{method} {path}"
+        for path, operations in schema["paths"].items()
+        if path.startswith("/api/v1/")
+        for method in operations
+    }
+
+    listed = {str(endpoint) for endpoint in ENDPOINTS}
+
+    assert documented == listed
+
+
+def test_every_api_view_is_tenant_scoped():
+    def views(patterns, prefix=""):
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from views(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif isinstance(pattern, URLPattern):
+                yield prefix + str(pattern.pattern), pattern.callback
+
+    api_views = [(path, cb) for path, cb in views(get_resolver().url_patterns) if "api/v1/" in path]
+
+    assert api_views
+    for path, callback in api_views:
+        assert issubclass(callback.cls, TenantScopedViewSet), path
+
+
+@pytest.mark.parametrize("endpoint", DETAIL_ENDPOINTS, ids=str)
+def test_another_tenants_ids_are_not_found(endpoint, victim, other_tenant, api_as):
+    intruder = api_as(other_tenant, role=Role.ADMIN)
+    before = state_snapshot()
+
+    response = call(intruder, endpoint, victim)
+
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": {"code": "not_found", "message": "No such object.", "details": {}}
+    }
+    assert state_snapshot()[:2] == before[:2]
+
+
+@pytest.mark.parametrize("endpoint", DETAIL_ENDPOINTS, ids=str)
+def test_a_foreign_id_answers_exactly_like_a_missing_one(endpoint, victim, other_tenant, api_as):
+    intruder = api_as(other_tenant, role=Role.ADMIN)
+
+    foreign = call(intruder, endpoint, victim)
+    missing = call(intruder, endpoint, {key: 10**9 for key in victim})
+
+    assert (foreign.status_code, foreign.json()) == (missing.status_code, missing.json())
+
+
+def test_another_tenants_rows_are_not_listed(victim, other_tenant, api_as):
+    intruder = api_as(other_tenant, role=Role.ADMIN)
+
+    agents = intruder.get("/api/v1/agents/").json()["results"]
+    keys = intruder.get("/api/v1/api-keys/").json()["results"]
+
+    assert agents == []
+    assert {key["id"] for key in keys}.isdisjoint({victim["api_key"]})
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=str)
+def test_a_revoked_key_is_refused(endpoint, tenant, victim, make_key):
+    api_key, raw_key = make_key(tenant, role=Role.ADMIN)
+    api_key_revoke(api_key=api_key, actor="system")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+    before = state_snapshot()
+
+    response = call(client, endpoint, victim)
+
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_api_key"
+    assert state_snapshot() == before
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=str)
+def test_an_anonymous_caller_is_refused(endpoint, victim):
+    before = state_snapshot()
+
+    response = call(APIClient(), endpoint, victim)
+
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "not_authenticated"
+    assert state_snapshot() == before
+
+
+@pytest.mark.parametrize(("endpoint", "role"), ROLE_LIMITED, ids=lambda v: str(v))
+def test_a_key_of_too_low_a_role_is_forbidden(endpoint, role, tenant, victim, api_as):
+    client = api_as(tenant, role=role)
+    before = state_snapshot()
+
+    response = call(client, endpoint, victim)
+
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "permission_denied"
+    assert state_snapshot()[:2] == before[:2]
