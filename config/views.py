@@ -5,8 +5,18 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from django_htmx.middleware import HtmxDetails
 
 from config.health import health_report
+from ledger.models import Membership
+from ledger.selectors import tenant_overview
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A browser request after our middleware: htmx details and the person's tenant membership."""
+
+    htmx: HtmxDetails
+    membership: Membership | None
 
 
 @never_cache
@@ -18,5 +28,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "home.html", {"membership": getattr(request, "membership", None)})
+@require_GET
+def home(request: HtmxHttpRequest) -> HttpResponse:
+    membership = request.membership
+    overview = tenant_overview(tenant=membership.tenant) if membership else None
+    return render(request, "home.html", {"membership": membership, "overview": overview})
