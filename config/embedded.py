@@ -264,8 +264,16 @@ def redis_binary() -> str:
 
 def redis_is_running(layout: EmbeddedLayout) -> bool:
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
-    client = redis.Redis(unix_socket_path=str(layout.redis_socket), socket_connect_timeout=0.5)
+    # No retries: redis-py otherwise retries a refused connection with backoff for ~3 s, and
+    # "not running" is the answer we expect on every cold start.
+    client = redis.Redis(
+        unix_socket_path=str(layout.redis_socket),
+        socket_connect_timeout=0.5,
+        retry=Retry(NoBackoff(), 0),
+    )
     try:
         return bool(client.ping())
     except (redis.ConnectionError, redis.TimeoutError, OSError):

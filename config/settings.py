@@ -195,10 +195,6 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "SECURITY": [{"ApiKey": []}],
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer"}},
-    },
 }
 
 # --- Embeddings (used by the memory app) ------------------------------------------------------
@@ -231,3 +227,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Ledger -----------------------------------------------------------------------------------
+LEDGER_MAX_PAYLOAD_BYTES = env_int("LEDGER_MAX_PAYLOAD_BYTES", 1024 * 1024)
+LEDGER_MAX_BATCH = env_int("LEDGER_MAX_BATCH", 1000)
+IDEMPOTENCY_RETENTION_HOURS = env_int("IDEMPOTENCY_RETENTION_HOURS", 24)

@@ -2,19 +2,40 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api import ApiError, CursorPagination
 from ledger import services
-from ledger.models import Agent, ApiKey, Role
+from ledger.models import Agent, ApiKey, Event, Role
 from ledger.scoping import TenantScopedViewSet
-from ledger.serializers import AgentSerializer, ApiKeyCreatedSerializer, ApiKeySerializer
+from ledger.selectors import event_chain_verify, event_visible_to
+from ledger.serializers import (
+    AgentSerializer,
+    ApiKeyCreatedSerializer,
+    ApiKeySerializer,
+    ChainReportSerializer,
+    EventAppendSerializer,
+    EventBatchSerializer,
+    EventSerializer,
+)
+
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    location=OpenApiParameter.HEADER,
+    description="Retrying with the same key returns the first answer and writes nothing new.",
+)
 
 
 @extend_schema_view(
@@ -100,3 +121,128 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
     def revoke(self, request: Request, pk: str | None = None) -> Response:
         api_key = services.api_key_revoke(api_key=self.get_object(), actor=self.principal.actor)
         return Response(self.get_serializer(api_key).data)
+
+
+def _parse_time(request: Request, name: str) -> datetime | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    parsed = parse_datetime(raw)
+    if parsed is None:
+        raise ApiError(
+            code="invalid_filter",
+            message=f"{name} must be an ISO 8601 date-time, e.g. 2025-02-14T16:20:00Z.",
+        )
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class EventCursorPagination(CursorPagination):
+    ordering = "seq"
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List events in seq order",
+        description="An agent-scoped key sees its own events and the globally visible kinds.",
+        parameters=[
+            OpenApiParameter("run_id", str),
+            OpenApiParameter("round_id", str),
+            OpenApiParameter("actor", str),
+            OpenApiParameter("kind", str, description="One kind, or several separated by commas"),
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="created_at ≥ since"),
+            OpenApiParameter("until", OpenApiTypes.DATETIME, description="created_at < until"),
+        ],
+    ),
+    retrieve=extend_schema(summary="Get one event by its seq"),
+    create=extend_schema(
+        summary="Append one event",
+        request=EventAppendSerializer,
+        responses={201: EventSerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    batch=extend_schema(
+        summary="Append several events atomically (all or none)",
+        request=EventBatchSerializer,
+        responses={201: EventSerializer(many=True)},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    verify=extend_schema(
+        summary="Verify the tenant's hash chain and report the first broken link",
+        responses=ChainReportSerializer,
+    ),
+)
+class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    queryset = Event.objects.all()
+    serializer_class = EventSerializer
+    pagination_class = EventCursorPagination
+    lookup_field = "seq"
+    lookup_value_regex = r"\d+"
+    write_role = Role.AGENT
+    role_by_action = {"verify": Role.REVIEWER}
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        agent = self.principal.agent
+        if agent is not None:
+            queryset = queryset.filter(event_visible_to(agent=agent))
+        params = self.request.query_params
+        for field in ("run_id", "round_id", "actor"):
+            if field in params:
+                queryset = queryset.filter(**{field: params[field]})
+        if "kind" in params:
+            queryset = queryset.filter(kind__in=params["kind"].split(","))
+        since, until = _parse_time(self.request, "since"), _parse_time(self.request, "until")
+        if since is not None:
+            queryset = queryset.filter(created_at__gte=since)
+        if until is not None:
+            queryset = queryset.filter(created_at__lt=until)
+        return queryset
+
+    def create(self, request: Request) -> Response:
+        serializer = EventAppendSerializer(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        draft = serializer.to_draft(dict(serializer.validated_data))
+        events = services.events_append_from_client(tenant=self.tenant, drafts=[draft])
+        return Response(self.get_serializer(events[0]).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=False, methods=["post"])
+    def batch(self, request: Request) -> Response:
+        serializer = EventBatchSerializer(data=request.data, context=self.get_serializer_context())
+        if not serializer.is_valid():
+            raise _batch_error(serializer.errors)
+        item_serializer = EventAppendSerializer(context=self.get_serializer_context())
+        drafts = []
+        for index, item in enumerate(serializer.validated_data["events"]):
+            try:
+                drafts.append(item_serializer.to_draft(item))
+            except ValidationError as exc:
+                raise _batch_error({"events": {index: exc.detail}}) from exc
+        events = services.events_append_from_client(tenant=self.tenant, drafts=drafts)
+        return Response(
+            {"events": self.get_serializer(events, many=True).data},
+            status=status.HTTP_201_CREATED,
+        )
+
+    @action(detail=False, methods=["get"])
+    def verify(self, request: Request) -> Response:
+        report = event_chain_verify(tenant=self.tenant)
+        return Response(ChainReportSerializer(report).data)
+
+
+def _batch_error(errors: Any) -> ApiError:
+    """Name the first bad event of a batch by its index."""
+    items = errors.get("events") if isinstance(errors, dict) else None
+    if isinstance(items, list):  # DRF has reported per-item errors both as a list and a dict
+        items = dict(enumerate(items))
+    if isinstance(items, dict):
+        for index, item_errors in sorted(items.items()):
+            if item_errors:
+                return ApiError(
+                    code="invalid_event",
+                    message=f"Event {index} is invalid; nothing was written.",
+                    details={"index": index, "errors": item_errors},
+                )
+    return ApiError(
+        code="validation_error",
+        message="The batch is invalid; nothing was written.",
+        details=errors if isinstance(errors, dict) else {"events": errors},
+    )

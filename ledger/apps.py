@@ -8,6 +8,11 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from ledger.agent_projection import AgentProjection
+        from ledger.projections import projection_register
+
+        projection_register(AgentProjection())
+
         # DRF's generic classes are typed in its stubs but not subscriptable at run time.
         import django_stubs_ext
         from rest_framework import fields, generics, serializers, viewsets

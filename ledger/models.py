@@ -171,6 +171,27 @@ class Event(models.Model):
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind} by {self.actor}"
 
+    @property
+    def text(self) -> str:
+        return displayable_text(self.payload)
+
+
+DISPLAYABLE_PAYLOAD_KEYS = ("text", "summary", "goal")
+
+
+def displayable_text(payload: Any) -> str:
+    """The one part of a payload that may be shown to agents or put into a prompt.
+
+    Payloads can carry secrets under any other key, so nothing else of them is ever rendered.
+    """
+    if not isinstance(payload, dict):
+        return ""
+    for key in DISPLAYABLE_PAYLOAD_KEYS:
+        value = payload.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
 
 __all__ = [
     "Agent",
@@ -182,3 +203,104 @@ __all__ = [
     "TenantOwned",
     "TenantQuerySet",
 ]
+
+
+class IdempotencyRecord(TenantOwned):
+    """The stored answer to a POST sent with an ``Idempotency-Key`` header.
+
+    The row is inserted when the request starts and completed in the same transaction as the
+    request's own writes, so a retry either finds the finished answer or (if the first attempt
+    failed and rolled back) runs again. A concurrent duplicate waits on the unique index until the
+    first commits, then replays its answer.
+    """
+
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of method, path and body.")
+    status_code = models.PositiveSmallIntegerField(null=True)
+    response_body = models.JSONField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_key_per_tenant")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status_code or 'in progress'})"
+
+
+DEFAULT_GLOBALLY_VISIBLE_KINDS = [
+    "world.observed",
+    "judge.verdict",
+    "user.injected",
+    "run.started",
+    "agent.reflected",
+    "agent.spoke",
+    "oracle.spoke",
+]
+# What counts toward an agent's reflection cadence: its own arc and the world's beats, not peer
+# speech, so a chatty table does not make an agent reflect more often.
+DEFAULT_REFLECTION_KINDS = [
+    "world.observed",
+    "judge.verdict",
+    "user.injected",
+    "run.started",
+    "agent.reflected",
+]
+DEFAULT_KIND_IMPORTANCE = {
+    "run.started": 0.3,
+    "world.observed": 0.7,
+    "agent.spoke": 0.5,
+    "oracle.spoke": 0.5,
+    "agent.thought": 0.4,
+    "agent.reflected": 0.85,
+    "judge.verdict": 0.9,
+    "user.injected": 0.95,
+    "hypothesis.proposed": 0.75,
+    "clue.found": 0.8,
+    "verdict.final": 1.0,
+}
+
+
+def _default_visible() -> list[str]:
+    return list(DEFAULT_GLOBALLY_VISIBLE_KINDS)
+
+
+def _default_reflection_kinds() -> list[str]:
+    return list(DEFAULT_REFLECTION_KINDS)
+
+
+def _default_importance() -> dict[str, float]:
+    return dict(DEFAULT_KIND_IMPORTANCE)
+
+
+class RecallSettings(models.Model):
+    """A tenant's rules for what agents see of the ledger and how recall ranks it (SPEC 3.1).
+
+    A tenant without a row uses the defaults below; admins change them in the admin or the API.
+    """
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="recall_settings")
+    globally_visible_kinds = models.JSONField(default=_default_visible)
+    reflection_kinds = models.JSONField(default=_default_reflection_kinds)
+    kind_importance = models.JSONField(default=_default_importance)
+    default_importance = models.FloatField(default=0.5)
+    weight_relevance = models.FloatField(default=0.3)
+    weight_recency = models.FloatField(default=0.4)
+    weight_importance = models.FloatField(default=0.3)
+    recency_decay = models.FloatField(default=0.1, help_text="λ in exp(-λ·Δturn)")
+    max_recent = models.PositiveIntegerField(default=8)
+    top_k = models.PositiveIntegerField(default=8)
+    reflection_threshold = models.PositiveIntegerField(default=10)
+
+    class Meta:
+        verbose_name_plural = "recall settings"
+
+    def __str__(self) -> str:
+        return f"recall settings of {self.tenant}"
+
+    @classmethod
+    def for_tenant(cls, tenant: Tenant) -> RecallSettings:
+        """The tenant's settings, or the defaults (unsaved) when it has none."""
+        found = cls.objects.filter(tenant=tenant).first()
+        return found if found is not None else cls(tenant=tenant)

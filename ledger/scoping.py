@@ -1,25 +1,35 @@
-"""Tenant scoping for every API view: the one place that decides which rows a caller can see.
+"""The base of every API view: tenant scoping and ``Idempotency-Key`` handling.
 
 Every API viewset derives from ``TenantScopedViewSet``. Its ``get_queryset`` narrows the model's
 rows to the caller's tenant before any lookup, so an id from another tenant is simply not found
 (404, exactly like an id that does not exist) and no view filters by tenant by hand.
+
+A POST with an ``Idempotency-Key`` runs in one transaction together with the key's record: the
+answer is stored only if the request succeeded, and a failed request leaves nothing behind.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponseBase
 from rest_framework import viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
 
+from ledger import idempotency
 from ledger.auth import ApiPrincipal
-from ledger.models import Role, Tenant
+from ledger.models import IdempotencyRecord, Role, Tenant
 
 
 class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     read_role: str = Role.AGENT
     write_role: str = Role.ADMIN
     role_by_action: dict[str, str] = {}
+
+    _idempotency_record: IdempotencyRecord | None = None
 
     @property
     def principal(self) -> ApiPrincipal:
@@ -44,4 +54,44 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
         context = dict(super().get_serializer_context())
         if isinstance(self.request.user, ApiPrincipal):
             context["tenant"] = self.tenant
+            context["principal"] = self.principal
         return context
+
+    # --- Idempotency-Key --------------------------------------------------------------------
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.method != "POST" or idempotency.HEADER not in request.META:
+            return super().dispatch(request, *args, **kwargs)
+        with transaction.atomic():
+            response = super().dispatch(request, *args, **kwargs)
+            record = self._idempotency_record
+            if record is not None:
+                if isinstance(response, Response) and 200 <= response.status_code < 300:
+                    idempotency.idempotency_complete(
+                        record=record, status_code=response.status_code, body=response.data
+                    )
+                else:
+                    # Refused requests keep nothing, not even the key: a corrected retry runs.
+                    transaction.set_rollback(True)
+        return response
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # authentication and permissions first
+        key = request.META.get(idempotency.HEADER)
+        if request.method == "POST" and key is not None:
+            self._idempotency_record = idempotency.idempotency_claim(
+                tenant=self.tenant,
+                key=key,
+                fingerprint=idempotency.request_fingerprint(
+                    method=request.method, path=request.get_full_path(), body=request.body
+                ),
+            )
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, idempotency.IdempotentReplay):
+            return Response(
+                exc.record.response_body,
+                status=exc.record.status_code,
+                headers={"Idempotent-Replayed": "true"},
+            )
+        return super().handle_exception(exc)

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q
 
 from ledger.chain import event_hash
-from ledger.models import Agent, ApiKey, Event, Membership, Tenant
+from ledger.models import Agent, ApiKey, Event, Membership, RecallSettings, Tenant
 
 _VERIFY_BATCH = 2000
 
@@ -112,3 +113,9 @@ def tenant_overview(*, tenant: Tenant, agent_limit: int = 20) -> TenantOverview:
         last_event_at=last_event.created_at if last_event else None,
         agents=list(agents.order_by("name", "id")[:agent_limit]),
     )
+
+
+def event_visible_to(*, agent: Agent) -> Q:
+    """Events an agent may see: its own, plus the tenant's globally visible kinds."""
+    visible = RecallSettings.for_tenant(agent.tenant).globally_visible_kinds
+    return Q(actor=agent.name) | Q(kind__in=visible)

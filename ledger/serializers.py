@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
-from rest_framework import serializers
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers, status
 
-from ledger.models import Agent, ApiKey, Role
+from config.api import ApiError
+from ledger.models import Agent, ApiKey, Event, Role, displayable_text
+from ledger.services import EventDraft
 
 
 class AgentSerializer(serializers.ModelSerializer[Agent]):
@@ -64,3 +70,103 @@ class ApiKeyCreatedSerializer(ApiKeySerializer):
 
     class Meta(ApiKeySerializer.Meta):
         fields = [*ApiKeySerializer.Meta.fields, "key"]
+
+
+class EventSerializer(serializers.ModelSerializer[Event]):
+    """An event as the API shows it.
+
+    An agent-scoped key sees the full payload of its own events only; of other actors' events
+    it sees just the displayable text, since payloads may carry secrets under other keys.
+    """
+
+    payload = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Event
+        fields = [
+            "seq",
+            "run_id",
+            "round_id",
+            "turn",
+            "actor",
+            "kind",
+            "payload",
+            "created_at",
+            "prev_hash",
+            "hash",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_payload(self, event: Event) -> dict[str, Any]:
+        principal = self.context.get("principal")
+        agent = getattr(principal, "agent", None)
+        if agent is None or event.actor == agent.name:
+            return dict(event.payload)
+        text = displayable_text(event.payload)
+        return {"text": text} if text else {}
+
+
+class EventAppendSerializer(serializers.Serializer[EventDraft]):
+    kind = serializers.CharField(max_length=200, help_text="Dotted lowercase, e.g. agent.spoke")
+    actor = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="Agent name, 'system' or 'human:<name>'. An agent-scoped key acts as its agent.",
+    )
+    run_id = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    round_id = serializers.CharField(max_length=300, required=False, default="", allow_blank=True)
+    turn = serializers.IntegerField(required=False, default=0)
+    payload = serializers.DictField(required=False, default=dict)
+
+    def validate_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8"))
+        if size > settings.LEDGER_MAX_PAYLOAD_BYTES:
+            raise ApiError(
+                code="payload_too_large",
+                message=f"An event payload is {size} bytes; the limit is "
+                f"{settings.LEDGER_MAX_PAYLOAD_BYTES} bytes.",
+                status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
+        return payload
+
+    def to_draft(self, validated: dict[str, Any]) -> EventDraft:
+        principal = self.context["principal"]
+        actor = validated.get("actor")
+        if principal.agent is not None:
+            if actor not in (None, principal.agent.name):
+                raise ApiError(
+                    code="actor_mismatch",
+                    message=f"This key acts as {principal.agent.name!r} and cannot append as "
+                    f"{actor!r}.",
+                    status_code=status.HTTP_403_FORBIDDEN,
+                )
+            actor = principal.agent.name
+        elif actor is None:
+            raise serializers.ValidationError({"actor": ["This field is required."]})
+        return EventDraft(
+            kind=validated["kind"],
+            actor=actor,
+            payload=validated["payload"],
+            run_id=validated["run_id"],
+            round_id=validated["round_id"],
+            turn=validated["turn"],
+        )
+
+
+class EventBatchSerializer(serializers.Serializer[list[EventDraft]]):
+    events = EventAppendSerializer(many=True, allow_empty=False)
+
+    def validate_events(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len(events) > settings.LEDGER_MAX_BATCH:
+            raise serializers.ValidationError(
+                f"A batch holds at most {settings.LEDGER_MAX_BATCH} events."
+            )
+        return events
+
+
+class ChainReportSerializer(serializers.Serializer[Any]):
+    ok = serializers.BooleanField()
+    events_checked = serializers.IntegerField()
+    first_broken_seq = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -342,3 +343,57 @@ def api_key_mark_used(*, api_key: ApiKey) -> None:
     ApiKey.objects.filter(pk=api_key.pk).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
     ).update(last_used_at=now)
+
+
+# --- Client appends ------------------------------------------------------------------------------
+
+KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+MAX_KIND_LENGTH = 64
+
+
+def _client_event_problem(
+    draft: EventDraft, *, known_agents: set[str], reserved: frozenset[str]
+) -> tuple[str, str] | None:
+    if len(draft.kind) > MAX_KIND_LENGTH or not KIND_PATTERN.match(draft.kind):
+        return (
+            "invalid_kind",
+            f"Kind {draft.kind!r} must be dotted lowercase words (like 'agent.spoke'), "
+            f"at most {MAX_KIND_LENGTH} characters.",
+        )
+    if draft.kind in reserved:
+        return (
+            "reserved_kind",
+            f"Kind {draft.kind!r} is written by the service itself; use its own endpoint.",
+        )
+    if draft.turn < 0:
+        return ("invalid_turn", "Turn must be zero or positive.")
+    is_agent = draft.actor != SYSTEM_ACTOR and not draft.actor.startswith("human:")
+    if is_agent and draft.actor not in known_agents:
+        return (
+            "unknown_actor",
+            f"Actor {draft.actor!r} is not an agent of this tenant "
+            "(nor 'system' or 'human:<name>').",
+        )
+    return None
+
+
+def events_append_from_client(*, tenant: Tenant, drafts: Sequence[EventDraft]) -> list[Event]:
+    """Validate a client's events as a whole, then append them; one bad event writes nothing."""
+    from ledger.projections import projections_after_append, reserved_kinds
+
+    named = {draft.actor for draft in drafts}
+    known_agents = set(
+        Agent.objects.filter(tenant=tenant, name__in=named).values_list("name", flat=True)
+    )
+    reserved = reserved_kinds()
+    for index, draft in enumerate(drafts):
+        problem = _client_event_problem(draft, known_agents=known_agents, reserved=reserved)
+        if problem is not None:
+            code, message = problem
+            prefix = f"Event {index}: " if len(drafts) > 1 else ""
+            raise ApiError(code=code, message=prefix + message, details={"index": index})
+    with transaction.atomic():
+        events = events_append(tenant=tenant, drafts=drafts)
+        ids = [event.pk for event in events]
+        transaction.on_commit(lambda: projections_after_append(event_ids=ids))
+    return events

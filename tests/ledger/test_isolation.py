@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from ledger.models import Agent, ApiKey, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.services import api_key_revoke
+from tests.ledger.test_chain import append_n
 
 pytestmark = pytest.mark.django_db
 
@@ -27,15 +28,20 @@ class Endpoint:
     path: str  # "{id}" is replaced by the id of the target object
     role: str
     body: dict | None = None
-    target: str | None = None  # which object "{id}" names: "agent" or "api_key"
+    target: str | None = None  # what "{id}"/"{seq}" names: "agent", "api_key" or "event"
 
     def url(self, ids: dict[str, int]) -> str:
-        return self.path.replace("{id}", str(ids[self.target])) if self.target else self.path
+        if self.target is None:
+            return self.path
+        return self.path.replace("{id}", str(ids[self.target])).replace(
+            "{seq}", str(ids[self.target])
+        )
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
 
 
+SPOKEN = {"kind": "agent.spoke", "actor": "system", "payload": {"text": "hello"}}
 ENDPOINTS = [
     Endpoint("get", "/api/v1/agents/", Role.AGENT),
     Endpoint("post", "/api/v1/agents/", Role.ADMIN, {"name": "NewAgent"}),
@@ -47,6 +53,11 @@ ENDPOINTS = [
     Endpoint("post", "/api/v1/api-keys/", Role.ADMIN, {"name": "k", "role": "agent"}),
     Endpoint("get", "/api/v1/api-keys/{id}/", Role.ADMIN, target="api_key"),
     Endpoint("post", "/api/v1/api-keys/{id}/revoke/", Role.ADMIN, target="api_key"),
+    Endpoint("get", "/api/v1/events/", Role.AGENT),
+    Endpoint("post", "/api/v1/events/", Role.AGENT, SPOKEN),
+    Endpoint("post", "/api/v1/events/batch/", Role.AGENT, {"events": [SPOKEN, SPOKEN]}),
+    Endpoint("get", "/api/v1/events/{seq}/", Role.AGENT, target="event"),
+    Endpoint("get", "/api/v1/events/verify/", Role.REVIEWER),
 ]
 DETAIL_ENDPOINTS = [endpoint for endpoint in ENDPOINTS if endpoint.target]
 ROLE_LIMITED = [
@@ -74,7 +85,9 @@ def victim(tenant, make_agent, make_key) -> dict[str, int]:
     """Objects of tenant "acme" that other callers try to reach."""
     agent = make_agent(tenant, name="Creator1")
     api_key, _ = make_key(tenant, role=Role.AGENT)
-    return {"agent": agent.pk, "api_key": api_key.pk}
+    # Event seqs are numbered per tenant, so the target must lie beyond the intruder's own chain.
+    events = append_n(tenant, 30)
+    return {"agent": agent.pk, "api_key": api_key.pk, "event": events[-1].seq}
 
 
 def test_every_operation_in_the_schema_is_in_the_matrix():

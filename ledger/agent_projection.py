@@ -1,0 +1,77 @@
+"""The agents table as a projection of ``agent.registered`` / ``agent.updated`` /
+``agent.deleted`` events.
+
+Replaying accumulates each agent's fields in memory (a tenant has at most thousands of agents)
+and writes the differences at the end, so a history of renames never collides with the unique
+name constraint half-way through. Trust fields (``trust_score``, ``rounds_participated``) belong to
+the trust app's projection and are left alone here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils.dateparse import parse_datetime
+
+from ledger.models import Agent, Event, Tenant
+
+_FIELDS = ("name", "model", "primary_role", "probation_until")
+
+
+class AgentProjection:
+    name = "agents"
+    owned_kinds = frozenset({"agent.registered", "agent.updated", "agent.deleted"})
+    indexes_all_kinds = False
+
+    def __init__(self) -> None:
+        self._replayed: dict[int, dict[str, Any]] = {}
+
+    def snapshot(self, *, tenant: Tenant) -> list[tuple[Any, ...]]:
+        return list(Agent.objects.filter(tenant=tenant).order_by("id").values_list("id", *_FIELDS))
+
+    def reset(self, *, tenant: Tenant) -> None:
+        self._replayed = {}
+
+    def apply(self, *, tenant: Tenant, events: Sequence[Event]) -> None:
+        for event in events:
+            agent_id = int(event.payload["agent_id"])
+            if event.kind == "agent.registered":
+                self._replayed[agent_id] = {
+                    "name": event.payload["name"],
+                    "model": event.payload.get("model", ""),
+                    "primary_role": event.payload.get("primary_role", ""),
+                    "probation_until": None,
+                    "created_at": event.created_at,
+                }
+            elif event.kind == "agent.updated" and agent_id in self._replayed:
+                for field, value in event.payload["changes"].items():
+                    if field == "probation_until" and value is not None:
+                        value = parse_datetime(value)
+                    self._replayed[agent_id][field] = value
+            elif event.kind == "agent.deleted":
+                self._replayed.pop(agent_id, None)
+
+    def after_append(self, *, event_ids: Sequence[int]) -> None:
+        """The agents table is written by the agent services themselves, not after the fact."""
+
+    def finish(self, *, tenant: Tenant) -> None:
+        with transaction.atomic():
+            existing = {agent.pk: agent for agent in Agent.objects.filter(tenant=tenant)}
+            Agent.objects.filter(tenant=tenant).exclude(pk__in=self._replayed).delete()
+            changed = []
+            for agent_id, fields in self._replayed.items():
+                agent = existing.get(agent_id)
+                if agent is None:
+                    Agent.objects.create(id=agent_id, tenant=tenant, **fields)
+                    continue
+                if any(getattr(agent, field) != fields[field] for field in _FIELDS):
+                    for field in _FIELDS:
+                        setattr(agent, field, fields[field])
+                    changed.append(agent)
+            # Park changed names first, so swapping two agents' names cannot collide.
+            for agent in changed:
+                Agent.objects.filter(pk=agent.pk).update(name=f"~rebuild-{agent.pk}")
+            Agent.objects.bulk_update(changed, list(_FIELDS))
+        self._replayed = {}

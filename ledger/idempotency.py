@@ -1,0 +1,67 @@
+"""``Idempotency-Key`` on POST: a retried request returns the original answer and writes nothing.
+
+Keys are scoped to the tenant and kept for ``IDEMPOTENCY_RETENTION_HOURS``; a key reused with a
+different request (method, path or body) is refused with 422 rather than silently replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from rest_framework import status
+
+from config.api import ApiError
+from ledger.models import IdempotencyRecord, Tenant
+
+HEADER = "HTTP_IDEMPOTENCY_KEY"
+MAX_KEY_LENGTH = 255
+
+
+class IdempotentReplay(Exception):
+    """Raised before a handler runs when the request was already answered."""
+
+    def __init__(self, record: IdempotencyRecord) -> None:
+        super().__init__(record.key)
+        self.record = record
+
+
+def request_fingerprint(*, method: str, path: str, body: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in (method.encode(), b"\0", path.encode(), b"\0", body):
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def idempotency_claim(*, tenant: Tenant, key: str, fingerprint: str) -> IdempotencyRecord:
+    """Claim ``key`` for this request inside the caller's transaction.
+
+    Returns the new, incomplete record when the request should run; raises ``IdempotentReplay``
+    when an earlier request with the same key and body already completed.
+    """
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise ApiError(
+            code="invalid_idempotency_key",
+            message=f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} characters.",
+        )
+    try:
+        with transaction.atomic():
+            return IdempotencyRecord.objects.create(tenant=tenant, key=key, fingerprint=fingerprint)
+    except IntegrityError:
+        # Another request holds or held the key. The insert above waited for it to commit, so the
+        # row read here is complete.
+        existing = IdempotencyRecord.objects.get(tenant=tenant, key=key)
+    if existing.fingerprint != fingerprint:
+        raise ApiError(
+            code="idempotency_key_reused",
+            message="This Idempotency-Key was already used for a different request.",
+            status_code=status.HTTP_422_UNPROCESSABLE_ENTITY,
+        )
+    raise IdempotentReplay(existing)
+
+
+def idempotency_complete(*, record: IdempotencyRecord, status_code: int, body: Any) -> None:
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        status_code=status_code, response_body=body
+    )
