@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.db.models import F, Func
 
 
 class Tenant(models.Model):
@@ -153,6 +155,16 @@ class Event(models.Model):
     created_at = models.DateTimeField()
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+    # The distinct lowercase words of the displayable text, computed by PostgreSQL at insert
+    # (migration 0005 defines the SQL functions): keyword relevance for recall without
+    # tokenising thousands of events per query. Not part of the hash: it is derived.
+    search_words = models.GeneratedField(
+        expression=Func(
+            Func(F("payload"), function="ledger_display_text"), function="ledger_words"
+        ),
+        output_field=ArrayField(models.TextField()),
+        db_persist=True,
+    )
 
     objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
 

@@ -14,10 +14,13 @@ A projection may also be *derived data* (a search index over event text). Those 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from ledger.models import Event, Tenant
+
+logger = logging.getLogger(__name__)
 
 _REPLAY_BATCH = 2000
 
@@ -87,7 +90,12 @@ def projection_rebuild(*, projection: Projection, tenant: Tenant) -> bool:
 
 
 def projections_after_append(*, event_ids: Iterable[int]) -> None:
+    """Hand new events to the derived indexes. Runs after commit, so it must never raise: the
+    events are already safe, and the backfill job catches up whatever an index missed here."""
     ids = list(event_ids)
     for projection in _registry.values():
         if projection.indexes_all_kinds:
-            projection.after_append(event_ids=ids)
+            try:
+                projection.after_append(event_ids=ids)
+            except Exception:
+                logger.exception("%s could not schedule indexing; backfill will", projection.name)

@@ -25,6 +25,7 @@ from rest_framework import status
 from config.api import ApiError, Conflict
 from ledger.chain import event_hash
 from ledger.models import Agent, ApiKey, Event, Membership, Role, Tenant
+from ledger.projections import projections_after_append
 
 SYSTEM_ACTOR = "system"
 API_KEY_PREFIX = "amk_"
@@ -138,7 +139,10 @@ def events_append(*, tenant: Tenant, drafts: Sequence[EventDraft]) -> list[Event
                 )
             )
             prev_hash = digest
-        return Event.objects.bulk_create(events)
+        created = Event.objects.bulk_create(events)
+        ids = [event.pk for event in created]
+        transaction.on_commit(lambda: projections_after_append(event_ids=ids))
+        return created
 
 
 def event_append(
@@ -379,7 +383,7 @@ def _client_event_problem(
 
 def events_append_from_client(*, tenant: Tenant, drafts: Sequence[EventDraft]) -> list[Event]:
     """Validate a client's events as a whole, then append them; one bad event writes nothing."""
-    from ledger.projections import projections_after_append, reserved_kinds
+    from ledger.projections import reserved_kinds
 
     named = {draft.actor for draft in drafts}
     known_agents = set(
@@ -392,8 +396,4 @@ def events_append_from_client(*, tenant: Tenant, drafts: Sequence[EventDraft]) -
             code, message = problem
             prefix = f"Event {index}: " if len(drafts) > 1 else ""
             raise ApiError(code=code, message=prefix + message, details={"index": index})
-    with transaction.atomic():
-        events = events_append(tenant=tenant, drafts=drafts)
-        ids = [event.pk for event in events]
-        transaction.on_commit(lambda: projections_after_append(event_ids=ids))
-    return events
+    return events_append(tenant=tenant, drafts=drafts)

@@ -6,3 +6,9 @@ from django.apps import AppConfig
 class MemoryConfig(AppConfig):
     name = "memory"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from ledger.projections import projection_register
+        from memory.projections import EventEmbeddingIndex
+
+        projection_register(EventEmbeddingIndex())

@@ -1,0 +1,117 @@
+"""Text embeddings: a local model by default, or an OpenAI-compatible endpoint.
+
+``EMBEDDING_BACKEND=local`` (the default) runs a small model shipped inside a PyPI package on the
+CPU, offline; ``EMBEDDING_BACKEND=openai`` calls ``EMBEDDING_URL``/embeddings. Every failure is
+raised as ``EmbeddingUnavailable`` so callers can fall back (keyword relevance, a later backfill)
+instead of failing the request. Vectors are L2-normalised, so cosine distance is meaningful.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Protocol
+
+from django.conf import settings
+
+from config.http import ExternalServiceError, post_json
+
+
+class EmbeddingUnavailable(RuntimeError):
+    """The embedder cannot answer now; the caller should degrade, not fail."""
+
+
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def _normalised(vector: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(value * value for value in vector)) or 1.0
+    return [float(value) / norm for value in vector]
+
+
+class OpenAICompatibleEmbedder:
+    """Any server speaking OpenAI's ``POST /embeddings`` (OpenAI, vLLM, Ollama, LiteLLM...)."""
+
+    def __init__(
+        self, *, url: str, model: str, api_key: str, dimensions: int, timeout: float
+    ) -> None:
+        self.url = url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.api_key = api_key
+        self.dimensions = dimensions
+        self.timeout = timeout
+        self.name = f"openai:{model}:{dimensions}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        body = {"model": self.model, "input": list(texts), "dimensions": self.dimensions}
+        try:
+            answer = post_json(self.url, body, api_key=self.api_key, timeout=self.timeout)
+            rows = sorted(answer["data"], key=lambda row: row["index"])
+            vectors = [_normalised(row["embedding"]) for row in rows]
+        except ExternalServiceError as exc:
+            raise EmbeddingUnavailable(str(exc)) from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EmbeddingUnavailable(f"{self.url} answered an unexpected shape: {exc}") from exc
+        if len(vectors) != len(texts) or any(len(v) != self.dimensions for v in vectors):
+            raise EmbeddingUnavailable(
+                f"{self.url} returned {len(vectors)} vectors for {len(texts)} texts, "
+                f"expected dimension {self.dimensions}"
+            )
+        return vectors
+
+
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _configured_embedder() -> Embedder:
+    if settings.EMBEDDING_BACKEND == "openai":
+        if not settings.EMBEDDING_URL:
+            raise EmbeddingUnavailable("EMBEDDING_BACKEND=openai needs EMBEDDING_URL")
+        return OpenAICompatibleEmbedder(
+            url=settings.EMBEDDING_URL,
+            model=settings.EMBEDDING_MODEL or "text-embedding-3-small",
+            api_key=settings.EMBEDDING_API_KEY,
+            dimensions=settings.EMBEDDING_DIMENSIONS,
+            timeout=settings.EMBEDDING_TIMEOUT_SECONDS,
+        )
+    if settings.EMBEDDING_BACKEND == "local":
+        from memory.local_embedder import LocalEmbedder
+
+        return LocalEmbedder()
+    raise EmbeddingUnavailable(f"Unknown EMBEDDING_BACKEND {settings.EMBEDDING_BACKEND!r}")
+
+
+def embedder() -> Embedder:
+    with _lock:  # the first call loads a model; concurrent first calls must not load it twice
+        return _configured_embedder()
+
+
+def embedder_reset() -> None:
+    """Forget the configured embedder (tests switch settings between backends)."""
+    _configured_embedder.cache_clear()
+
+
+def embedder_name() -> str:
+    return embedder().name
+
+
+def embed_texts(texts: Sequence[str]) -> list[list[float]]:
+    try:
+        return embedder().embed(texts)
+    except EmbeddingUnavailable:
+        raise
+    except Exception as exc:  # a model runtime error must degrade like an outage
+        raise EmbeddingUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def embed_query(text: str) -> list[float]:
+    return embed_texts([text])[0]

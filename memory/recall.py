@@ -1,0 +1,212 @@
+"""Recall: what an agent remembers of a run, read straight from the ledger (SPEC 3.1).
+
+Nothing here keeps state of its own. Episodic recall is the agent's visible events, most recent
+last; salience recall ranks the same events by
+
+    score = w_rel·relevance + w_rec·exp(-λ·Δturn) + w_imp·importance(kind)
+
+in one SQL statement, so a run of ten thousand events is ranked inside the database. Relevance is
+cosine similarity against the semantic index when it is available, otherwise (or for events the
+index has not reached yet) the Jaccard overlap of word sets. Only an event's displayable text
+(``text``, ``summary`` or ``goal``) ever leaves this module: payloads can carry secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+from ledger.models import Agent, Event, RecallSettings
+from ledger.selectors import event_visible_to
+from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
+
+logger = logging.getLogger(__name__)
+
+NO_MEMORY = "(no prior memory)"
+
+
+@dataclass(frozen=True)
+class RecallItem:
+    seq: int
+    turn: int
+    kind: str
+    actor: str
+    text: str
+    score: float | None = None
+    relevance: float | None = None
+    recency: float | None = None
+    importance: float | None = None
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    mode: str
+    agent: str
+    run_id: str
+    items: list[RecallItem]
+    semantic: bool = False
+    semantic_note: str = ""
+    weights: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def prompt(self) -> str:
+        lines = [
+            f"[turn {item.turn:03d}][{item.kind}] {item.text}" for item in self.items if item.text
+        ]
+        return "\n".join(lines) if lines else NO_MEMORY
+
+
+def recall_episodic(*, agent: Agent, run_id: str, max_recent: int | None = None) -> RecallResult:
+    """The agent's most recent visible events of the run, oldest first."""
+    settings = RecallSettings.for_tenant(agent.tenant)
+    limit = max_recent if max_recent is not None else settings.max_recent
+    recent = list(
+        Event.objects.filter(tenant=agent.tenant, run_id=run_id)
+        .filter(event_visible_to(agent=agent))
+        .order_by("-seq")
+        .only("seq", "turn", "kind", "actor", "payload")[:limit]
+    )
+    items = [
+        RecallItem(seq=e.seq, turn=e.turn, kind=e.kind, actor=e.actor, text=e.text)
+        for e in reversed(recent)
+    ]
+    return RecallResult(mode="episodic", agent=agent.name, run_id=run_id, items=items)
+
+
+# Jaccard overlap of two sorted, distinct word arrays, computed only where they share a word.
+_SALIENCE_SQL = """
+WITH query AS (SELECT ledger_words(%(query)s) AS words),
+candidates AS (
+    SELECT
+        e.seq, e.turn, e.kind, e.actor, ledger_display_text(e.payload) AS text,
+        CASE WHEN e.search_words && query.words THEN (
+            SELECT count(*) FROM unnest(e.search_words) AS word WHERE word = ANY(query.words)
+        ) ELSE 0 END AS shared,
+        cardinality(e.search_words) AS event_size,
+        cardinality(query.words) AS query_size,
+        {semantic_column} AS semantic
+    FROM ledger_event AS e
+    CROSS JOIN query
+    {semantic_join}
+    WHERE e.tenant_id = %(tenant)s
+      AND e.run_id = %(run_id)s
+      AND (e.actor = %(agent)s OR e.kind = ANY(%(visible)s))
+),
+terms AS (
+    SELECT *,
+        coalesce(
+            semantic,
+            CASE WHEN shared > 0 THEN shared::float8 / (event_size + query_size - shared) ELSE 0 END
+        ) AS relevance,
+        exp(-%(decay)s::float8 * greatest(%(current_turn)s::int - turn, 0)) AS recency,
+        coalesce(
+            (%(importance)s::jsonb ->> kind)::float8, %(default_importance)s::float8
+        ) AS importance
+    FROM candidates
+)
+SELECT seq, turn, kind, actor, text, relevance, recency, importance,
+       %(w_rel)s::float8 * relevance
+           + %(w_rec)s::float8 * recency
+           + %(w_imp)s::float8 * importance AS score,
+       semantic IS NOT NULL AS from_index
+FROM terms
+ORDER BY score DESC, seq DESC
+LIMIT %(top_k)s
+"""
+
+_SEMANTIC_JOIN = """
+    LEFT JOIN memory_eventembedding AS ix ON ix.event_id = e.id AND ix.model = %(model)s
+"""
+# Cosine similarity clipped to [0, 1], so it shares a scale with the Jaccard fallback.
+# greatest() skips NULLs, so an event missing from the index must stay NULL explicitly.
+_SEMANTIC_COLUMN = """CASE WHEN ix.embedding IS NULL THEN NULL
+    ELSE greatest(0, 1 - (ix.embedding <=> %(query_vector)s::vector)) END"""
+
+
+def recall_salience(
+    *,
+    agent: Agent,
+    run_id: str,
+    query: str,
+    current_turn: int | None = None,
+    top_k: int | None = None,
+) -> RecallResult:
+    """The top-K visible events of the run by salience, returned in chronological order."""
+    settings = RecallSettings.for_tenant(agent.tenant)
+    if current_turn is None:
+        current_turn = (
+            Event.objects.filter(tenant=agent.tenant, run_id=run_id)
+            .order_by("-seq")
+            .values_list("turn", flat=True)
+            .first()
+        ) or 0
+    params: dict[str, Any] = {
+        "query": query,
+        "tenant": agent.tenant_id,
+        "run_id": run_id,
+        "agent": agent.name,
+        "visible": list(settings.globally_visible_kinds),
+        "decay": settings.recency_decay,
+        "current_turn": current_turn,
+        "importance": json.dumps(settings.kind_importance),
+        "default_importance": settings.default_importance,
+        "w_rel": settings.weight_relevance,
+        "w_rec": settings.weight_recency,
+        "w_imp": settings.weight_importance,
+        "top_k": top_k if top_k is not None else settings.top_k,
+    }
+    semantic, note = False, ""
+    if not query.strip():
+        note = "no query: relevance is 0 for every event"
+    else:
+        try:
+            params["query_vector"] = embed_query(query)
+            params["model"] = embedder_name()
+            semantic = True
+        except EmbeddingUnavailable as exc:
+            logger.warning("semantic index unavailable for recall, using keywords: %s", exc)
+            note = f"semantic index unavailable ({exc}); relevance is keyword overlap"
+    sql = _SALIENCE_SQL.format(
+        semantic_join=_SEMANTIC_JOIN if semantic else "",
+        semantic_column=_SEMANTIC_COLUMN if semantic else "NULL::float8",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if semantic and rows and not all(row[9] for row in rows if row[4]):
+        note = "some events are not in the semantic index yet; they are scored by keywords"
+    items = sorted(
+        (
+            RecallItem(
+                seq=seq,
+                turn=turn,
+                kind=kind,
+                actor=actor,
+                text=text,
+                relevance=round(relevance, 4),
+                recency=round(recency, 4),
+                importance=round(importance, 4),
+                score=round(score, 4),
+            )
+            for seq, turn, kind, actor, text, relevance, recency, importance, score, _ in rows
+        ),
+        key=lambda item: item.seq,
+    )
+    return RecallResult(
+        mode="salience",
+        agent=agent.name,
+        run_id=run_id,
+        items=items,
+        semantic=semantic,
+        semantic_note=note,
+        weights={
+            "relevance": settings.weight_relevance,
+            "recency": settings.weight_recency,
+            "importance": settings.weight_importance,
+            "recency_decay": settings.recency_decay,
+        },
+    )

@@ -1,0 +1,169 @@
+"""Reflection: every ``threshold`` qualifying events, an agent compacts what it has been through
+into an ``agent.reflected`` event, which later recall picks up like any other visible event.
+
+Qualifying events are the agent's own plus the tenant's reflection kinds (world beats, verdicts,
+user injections, run starts, reflections), not peer speech (SPEC 3.1). The agent's own reflections
+do not count, so reflecting never makes another reflection due. A reflection is due when
+``qualifying // threshold`` exceeds the reflections the agent already made in the run: checking
+twice, or from two workers at once, creates it once.
+
+The default summariser is local and deterministic; ``REFLECTION_LLM_URL`` switches to an
+OpenAI-compatible chat endpoint, with the local summary as the fallback when it fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+
+from config.http import ExternalServiceError, post_json
+from ledger.models import Agent, Event, RecallSettings
+from ledger.selectors import event_visible_to
+from ledger.services import event_append
+
+logger = logging.getLogger(__name__)
+
+REFLECTED = "agent.reflected"
+_MAX_SOURCE_EVENTS = 50
+_MAX_POINTS = 6
+_MAX_POINT_CHARS = 160
+_MAX_SUMMARY_CHARS = 900
+
+
+@dataclass(frozen=True)
+class ReflectionState:
+    qualifying_events: int
+    reflections_made: int
+    threshold: int
+
+    @property
+    def due(self) -> bool:
+        return self.qualifying_events // self.threshold > self.reflections_made
+
+
+def reflection_state(*, agent: Agent, run_id: str) -> ReflectionState:
+    settings_ = RecallSettings.for_tenant(agent.tenant)
+    run_events = Event.objects.filter(tenant=agent.tenant, run_id=run_id)
+    own_reflections = Q(actor=agent.name, kind=REFLECTED)
+    qualifying = (
+        run_events.filter(Q(actor=agent.name) | Q(kind__in=settings_.reflection_kinds))
+        .exclude(own_reflections)
+        .count()
+    )
+    return ReflectionState(
+        qualifying_events=qualifying,
+        reflections_made=run_events.filter(own_reflections).count(),
+        threshold=max(1, settings_.reflection_threshold),
+    )
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    for end in (". ", "! ", "? "):
+        cut = text.find(end)
+        if 0 < cut < _MAX_POINT_CHARS:
+            return text[: cut + 1]
+    return text if len(text) <= _MAX_POINT_CHARS else text[: _MAX_POINT_CHARS - 1] + "…"
+
+
+def summarise_locally(events: list[Event], importance: dict[str, float], default: float) -> str:
+    """Keep the most important events (later ones win ties), in order, one sentence each."""
+    with_text = [event for event in events if event.text]
+    if not with_text:
+        return "Nothing of note happened."
+    ranked = sorted(with_text, key=lambda e: (importance.get(e.kind, default), e.seq), reverse=True)
+    kept = sorted(ranked[:_MAX_POINTS], key=lambda e: e.seq)
+    first, last = with_text[0].turn, with_text[-1].turn
+    span = f"turn {first}" if first == last else f"turns {first}-{last}"
+    points = "; ".join(f"{e.kind} ({e.actor}): {_first_sentence(e.text)}" for e in kept)
+    summary = f"Over {span} ({len(with_text)} events): {points}"
+    return summary[:_MAX_SUMMARY_CHARS]
+
+
+def summarise_with_llm(events: list[Event], agent: Agent) -> str:
+    lines = "\n".join(f"[turn {e.turn:03d}][{e.kind}] {e.text}" for e in events if e.text)
+    answer = post_json(
+        settings.REFLECTION_LLM_URL.rstrip("/") + "/chat/completions",
+        {
+            "model": settings.REFLECTION_LLM_MODEL,
+            "temperature": 0,
+            "messages": [
+                {
+                    "role": "system",
+                    "content": "You compact an agent's recent experience into one short, "
+                    "factual reflection (at most three sentences) that it will remember.",
+                },
+                {"role": "user", "content": f"Agent: {agent.name}\nRecent events:\n{lines}"},
+            ],
+        },
+        api_key=settings.REFLECTION_LLM_API_KEY,
+        timeout=settings.REFLECTION_LLM_TIMEOUT_SECONDS,
+    )
+    try:
+        content = str(answer["choices"][0]["message"]["content"]).strip()
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ExternalServiceError(f"unexpected chat completion shape: {exc}") from exc
+    if not content:
+        raise ExternalServiceError("the chat completion was empty")
+    return content[:_MAX_SUMMARY_CHARS]
+
+
+def reflection_create_if_due(*, agent: Agent, run_id: str, force: bool = False) -> Event | None:
+    """Append the agent's reflection for the run if one is due (or ``force``); else None."""
+    with transaction.atomic():
+        # One reflection decision at a time per agent and run, across processes.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"agent-memory:reflection:{agent.pk}:{run_id}"],
+            )
+        if not force and not reflection_state(agent=agent, run_id=run_id).due:
+            return None
+        last = (
+            Event.objects.filter(tenant=agent.tenant, run_id=run_id, actor=agent.name)
+            .filter(kind=REFLECTED)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        ) or 0
+        recent = list(
+            Event.objects.filter(tenant=agent.tenant, run_id=run_id, seq__gt=last)
+            .filter(event_visible_to(agent=agent))
+            .order_by("-seq")[:_MAX_SOURCE_EVENTS]
+        )[::-1]
+        recall_settings = RecallSettings.for_tenant(agent.tenant)
+        payload: dict[str, object] = {"summariser": "local"}
+        summary = ""
+        if settings.REFLECTION_LLM_URL:
+            try:
+                summary = summarise_with_llm(recent, agent)
+                payload["summariser"] = "llm"
+            except ExternalServiceError as exc:
+                logger.warning("reflection LLM failed, using the local summariser: %s", exc)
+                payload["llm_error"] = str(exc)
+        if not summary:
+            summary = summarise_locally(
+                recent, recall_settings.kind_importance, recall_settings.default_importance
+            )
+        payload.update(
+            {
+                "summary": summary,
+                "covers": {
+                    "from_seq": recent[0].seq if recent else None,
+                    "to_seq": recent[-1].seq if recent else None,
+                    "events": len(recent),
+                },
+            }
+        )
+        return event_append(
+            tenant=agent.tenant,
+            kind=REFLECTED,
+            actor=agent.name,
+            payload=payload,
+            run_id=run_id,
+            turn=recent[-1].turn if recent else 0,
+        )
