@@ -58,7 +58,11 @@ ENDPOINTS = [
     Endpoint("post", "/api/v1/events/batch/", Role.AGENT, {"events": [SPOKEN, SPOKEN]}),
     Endpoint("get", "/api/v1/events/{seq}/", Role.AGENT, target="event"),
     Endpoint("get", "/api/v1/events/verify/", Role.REVIEWER),
+    Endpoint("post", "/api/v1/recall/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
+    Endpoint("post", "/api/v1/reflections/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
 ]
+# Endpoints that name an agent in the body rather than the path.
+AGENT_IN_BODY = [e for e in ENDPOINTS if e.body and e.body.get("agent") == "Creator1"]
 DETAIL_ENDPOINTS = [endpoint for endpoint in ENDPOINTS if endpoint.target]
 ROLE_LIMITED = [
     (endpoint, role)
@@ -189,3 +193,23 @@ def test_a_key_of_too_low_a_role_is_forbidden(endpoint, role, tenant, victim, ap
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "permission_denied"
     assert state_snapshot()[:2] == before[:2]
+
+
+@pytest.mark.parametrize("endpoint", AGENT_IN_BODY, ids=str)
+def test_another_tenants_agent_named_in_a_body_is_not_found(endpoint, victim, other_tenant, api_as):
+    intruder = api_as(other_tenant, role=Role.ADMIN)
+
+    response = call(intruder, endpoint, victim)
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("endpoint", AGENT_IN_BODY, ids=str)
+def test_an_agent_key_cannot_act_for_another_agent(endpoint, tenant, victim, make_agent, api_as):
+    other_agent = make_agent(tenant, name="Reviewer1")
+    client = api_as(tenant, role=Role.AGENT, agent=other_agent)
+
+    response = call(client, endpoint, victim)
+
+    assert response.status_code == 404
