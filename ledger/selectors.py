@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
 from django.db.models import Q
 
 from ledger.chain import event_hash
 from ledger.models import Agent, ApiKey, Event, Membership, RecallSettings, Tenant
 
-_VERIFY_BATCH = 2000
+_VERIFY_BATCH = 10_000
 
 
 def api_key_by_secret(*, raw_key: str) -> ApiKey | None:
@@ -36,47 +39,66 @@ class ChainReport:
 def event_chain_verify(*, tenant: Tenant) -> ChainReport:
     """Walk the tenant's chain in seq order and report the first link that does not hold.
 
-    Reads in keyset-paginated batches so a long chain never sits in memory at once.
+    Streams keyset-paginated batches of plain tuples (no model instances), so memory stays flat
+    however long the chain.
     """
     expected_seq = 1
     prev_hash = Event.GENESIS_HASH
     checked = 0
+    after_seq = 0
     while True:
-        batch = list(
-            Event.objects.filter(tenant=tenant, seq__gte=expected_seq).order_by("seq")[
-                :_VERIFY_BATCH
-            ]
-        )
+        batch = _chain_batch(tenant.pk, after_seq)
         if not batch:
             return ChainReport(ok=True, events_checked=checked)
-        for event in batch:
-            if event.seq != expected_seq:
+        after_seq = batch[-1][0]
+        for (
+            seq,
+            run_id,
+            round_id,
+            turn,
+            actor,
+            kind,
+            payload,
+            created_at,
+            prev,
+            digest,
+        ) in batch:
+            if seq != expected_seq:
                 return ChainReport(
                     False, checked, expected_seq, f"event #{expected_seq} is missing"
                 )
-            if event.prev_hash != prev_hash:
+            if prev != prev_hash:
                 return ChainReport(
-                    False, checked, event.seq, "prev_hash does not match the previous event's hash"
+                    False, checked, seq, "prev_hash does not match the previous event's hash"
                 )
             recomputed = event_hash(
                 tenant_id=tenant.pk,
-                seq=event.seq,
-                run_id=event.run_id,
-                round_id=event.round_id,
-                turn=event.turn,
-                actor=event.actor,
-                kind=event.kind,
-                payload=event.payload,
-                created_at=event.created_at,
-                prev_hash=event.prev_hash,
+                seq=seq,
+                run_id=run_id,
+                round_id=round_id,
+                turn=turn,
+                actor=actor,
+                kind=kind,
+                payload=json.loads(payload),
+                created_at=created_at,
+                prev_hash=prev,
             )
-            if recomputed != event.hash:
-                return ChainReport(
-                    False, checked, event.seq, "contents do not match the stored hash"
-                )
-            prev_hash = event.hash
+            if recomputed != digest:
+                return ChainReport(False, checked, seq, "contents do not match the stored hash")
+            prev_hash = digest
             expected_seq += 1
             checked += 1
+
+
+def _chain_batch(tenant_id: int, after_seq: int) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, run_id, round_id, turn, actor, kind, payload::text, created_at,"
+            " prev_hash, hash FROM ledger_event WHERE tenant_id = %s AND seq > %s"
+            " ORDER BY seq LIMIT %s",
+            [tenant_id, after_seq, _VERIFY_BATCH],
+        )
+        return cursor.fetchall()
 
 
 def membership_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Membership | None:

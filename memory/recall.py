@@ -13,7 +13,6 @@ index has not reached yet) the Jaccard overlap of word sets. Only an event's dis
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,10 +78,13 @@ def recall_episodic(*, agent: Agent, run_id: str, max_recent: int | None = None)
 
 # Jaccard overlap of two sorted, distinct word arrays, computed only where they share a word.
 _SALIENCE_SQL = """
-WITH query AS (SELECT ledger_words(%(query)s) AS words),
-candidates AS (
+WITH query AS MATERIALIZED (SELECT ledger_words(%(query)s) AS words),
+importance (kind, weight) AS (
+    SELECT * FROM unnest(%(importance_kinds)s::text[], %(importance_weights)s::float8[])
+),
+candidates AS MATERIALIZED (
     SELECT
-        e.seq, e.turn, e.kind, e.actor, ledger_display_text(e.payload) AS text,
+        e.id, e.seq, e.turn, e.kind, e.actor,
         CASE WHEN e.search_words && query.words THEN (
             SELECT count(*) FROM unnest(e.search_words) AS word WHERE word = ANY(query.words)
         ) ELSE 0 END AS shared,
@@ -103,19 +105,24 @@ terms AS (
             CASE WHEN shared > 0 THEN shared::float8 / (event_size + query_size - shared) ELSE 0 END
         ) AS relevance,
         exp(-%(decay)s::float8 * greatest(%(current_turn)s::int - turn, 0)) AS recency,
-        coalesce(
-            (%(importance)s::jsonb ->> kind)::float8, %(default_importance)s::float8
-        ) AS importance
-    FROM candidates
+        coalesce(importance.weight, %(default_importance)s::float8) AS importance
+    FROM candidates LEFT JOIN importance USING (kind)
+),
+top AS (
+    SELECT id, seq, turn, kind, actor, relevance, recency, importance,
+           %(w_rel)s::float8 * relevance
+               + %(w_rec)s::float8 * recency
+               + %(w_imp)s::float8 * importance AS score,
+           semantic IS NOT NULL AS from_index
+    FROM terms
+    ORDER BY score DESC, seq DESC
+    LIMIT %(top_k)s
 )
-SELECT seq, turn, kind, actor, text, relevance, recency, importance,
-       %(w_rel)s::float8 * relevance
-           + %(w_rec)s::float8 * recency
-           + %(w_imp)s::float8 * importance AS score,
-       semantic IS NOT NULL AS from_index
-FROM terms
-ORDER BY score DESC, seq DESC
-LIMIT %(top_k)s
+-- Payloads are read only for the winners: detoasting every candidate's JSON is the slow part.
+SELECT top.seq, top.turn, top.kind, top.actor, ledger_display_text(e.payload) AS text,
+       relevance, recency, importance, score, from_index
+FROM top JOIN ledger_event AS e ON e.id = top.id
+ORDER BY score DESC, top.seq DESC
 """
 
 _SEMANTIC_JOIN = """
@@ -152,7 +159,8 @@ def recall_salience(
         "visible": list(settings.globally_visible_kinds),
         "decay": settings.recency_decay,
         "current_turn": current_turn,
-        "importance": json.dumps(settings.kind_importance),
+        "importance_kinds": list(settings.kind_importance),
+        "importance_weights": [float(w) for w in settings.kind_importance.values()],
         "default_importance": settings.default_importance,
         "w_rel": settings.weight_relevance,
         "w_rec": settings.weight_recency,

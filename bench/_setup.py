@@ -1,0 +1,45 @@
+"""Shared start-up for benchmarks: Django on its own embedded PostgreSQL and Redis under var/bench.
+
+Benchmarks print figures; they are not tests and never run in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def django_setup() -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("AGENT_MEMORY_DATA_DIR", str(ROOT / "var" / "bench"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+    from django.conf import settings
+
+    django.setup()
+    from config import embedded
+
+    if not os.environ.get("DATABASE_URL"):
+        embedded.postgres_start(settings.EMBEDDED)
+    if not os.environ.get("REDIS_URL"):
+        embedded.redis_start(settings.EMBEDDED)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+def describe(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values):.2f} ms, p95 {percentile(values, 0.95):.2f} ms, "
+        f"max {max(values):.2f} ms over {len(values)} runs"
+    )

@@ -1,0 +1,146 @@
+"""Ledger benchmarks (issue 3): append throughput, chain verification, salience recall.
+
+    python bench/ledger_bench.py                      # all three, full size
+    python bench/ledger_bench.py --verify-events 100000 --skip-append
+
+Targets: append >= 5,000 events/s in batches of 1,000; verify a 1,000,000-event chain in <= 20 s
+with flat memory; salience recall over a 10,000-event run with p95 <= 30 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+import uuid
+
+from _setup import describe, django_setup
+
+
+def bench_append(batches: int, batch_size: int) -> None:
+    from ledger.services import EventDraft, events_append, tenant_create
+
+    tenant = tenant_create(name="bench append", slug=f"bench-append-{uuid.uuid4().hex[:8]}")
+    drafts = [
+        EventDraft(
+            kind="agent.spoke",
+            actor="system",
+            run_id="run_bench",
+            turn=i,
+            payload={"text": f"Agent line number {i} about the quarterly report", "n": i},
+        )
+        for i in range(batch_size)
+    ]
+    events_append(tenant=tenant, drafts=drafts)  # warm-up
+    timings = []
+    for _ in range(batches):
+        started = time.perf_counter()
+        events_append(tenant=tenant, drafts=drafts)
+        timings.append(time.perf_counter() - started)
+    rates = sorted(batch_size / t for t in timings)
+    print(
+        f"append: {batches} batches of {batch_size}: median {rates[len(rates) // 2]:,.0f} events/s "
+        f"(min {rates[0]:,.0f}, max {rates[-1]:,.0f}); target >= 5,000"
+    )
+
+
+def _fill_chain(total: int) -> object:
+    from ledger.services import EventDraft, events_append, tenant_create
+
+    tenant = tenant_create(name="bench verify", slug=f"bench-verify-{uuid.uuid4().hex[:8]}")
+    batch = 5000
+    started = time.perf_counter()
+    for offset in range(1, total, batch):
+        count = min(batch, total - offset)
+        events_append(
+            tenant=tenant,
+            drafts=[
+                EventDraft(
+                    kind="world.observed",
+                    actor="system",
+                    run_id=f"run_{(offset + i) // 1000}",
+                    turn=(offset + i) % 1000,
+                    payload={"text": f"observation {offset + i}", "value": (offset + i) * 0.5},
+                )
+                for i in range(count)
+            ],
+        )
+    print(f"verify: built a {total:,}-event chain in {time.perf_counter() - started:.1f} s")
+    return tenant
+
+
+def bench_verify(total: int) -> None:
+    from ledger.selectors import event_chain_verify
+
+    tenant = _fill_chain(total)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    report = event_chain_verify(tenant=tenant)  # type: ignore[arg-type]
+    elapsed = time.perf_counter() - started
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        f"verify: {report.events_checked:,} events in {elapsed:.1f} s "
+        f"({report.events_checked / elapsed:,.0f} events/s), ok={report.ok}; "
+        f"peak RSS grew by {(rss_after - rss_before) / 1024:.0f} MiB during verify; target <= 20 s"
+    )
+
+
+def bench_salience(run_events: int, queries: int) -> None:
+    from ledger.services import EventDraft, agent_create, events_append, tenant_create
+    from memory.recall import recall_salience
+
+    tenant = tenant_create(name="bench recall", slug=f"bench-recall-{uuid.uuid4().hex[:8]}")
+    agent = agent_create(tenant=tenant, name="Creator1", actor="system")
+    kinds = ["world.observed", "agent.spoke", "judge.verdict", "clue.found", "agent.thought"]
+    words = "key butler garden knife letter alibi storm window cellar ledger candle map".split()
+    for offset in range(0, run_events, 1000):
+        events_append(
+            tenant=tenant,
+            drafts=[
+                EventDraft(
+                    kind=kinds[i % len(kinds)],
+                    actor="Creator1" if i % 3 == 0 else "system",
+                    run_id="run_long",
+                    turn=(offset + i) // 4,
+                    payload={
+                        "text": f"turn {offset + i}: the {words[i % 12]} near the "
+                        f"{words[(i * 7) % 12]} and the {words[(i * 5) % 12]}"
+                    },
+                )
+                for i in range(min(1000, run_events - offset))
+            ],
+        )
+    timings = []
+    for index in range(queries + 5):
+        query = f"{words[index % 12]} {words[(index * 3) % 12]}"
+        started = time.perf_counter()
+        result = recall_salience(agent=agent, run_id="run_long", query=query)
+        if index >= 5:  # the first few warm caches and the embedder
+            timings.append((time.perf_counter() - started) * 1000)
+    print(
+        f"salience recall over a {run_events:,}-event run (semantic={result.semantic}): "
+        f"{describe(timings)}; target p95 <= 30 ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--append-batches", type=int, default=20)
+    parser.add_argument("--verify-events", type=int, default=1_000_000)
+    parser.add_argument("--recall-events", type=int, default=10_000)
+    parser.add_argument("--recall-queries", type=int, default=200)
+    parser.add_argument("--skip-append", action="store_true")
+    parser.add_argument("--skip-verify", action="store_true")
+    parser.add_argument("--skip-recall", action="store_true")
+    args = parser.parse_args()
+    django_setup()
+    if not args.skip_append:
+        bench_append(args.append_batches, 1000)
+    if not args.skip_recall:
+        bench_salience(args.recall_events, args.recall_queries)
+    if not args.skip_verify:
+        bench_verify(args.verify_events)
+
+
+if __name__ == "__main__":
+    main()
