@@ -143,6 +143,10 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(WORKER_HEARTBEAT_INTERVAL_SECONDS),
         "options": {"expires": float(WORKER_HEARTBEAT_INTERVAL_SECONDS)},
     },
+    "idempotency-records-expire": {
+        "task": "ledger.tasks.idempotency_records_expire",
+        "schedule": 3600.0,
+    },
 }
 
 # --- Auth, sessions, security -----------------------------------------------------------------

@@ -5,7 +5,15 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from ledger.models import Agent, ApiKey, Event, Membership, Tenant
+from ledger.models import (
+    Agent,
+    ApiKey,
+    Event,
+    IdempotencyRecord,
+    Membership,
+    RecallSettings,
+    Tenant,
+)
 
 
 @admin.register(Tenant)
@@ -58,4 +66,24 @@ class EventAdmin(admin.ModelAdmin[Event]):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(RecallSettings)
+class RecallSettingsAdmin(admin.ModelAdmin[RecallSettings]):
+    list_display = ["tenant", "weight_relevance", "weight_recency", "weight_importance", "top_k"]
+
+
+@admin.register(IdempotencyRecord)
+class IdempotencyRecordAdmin(admin.ModelAdmin[IdempotencyRecord]):
+    """Stored answers to retried POSTs; inspectable, not editable."""
+
+    list_display = ["key", "tenant", "status_code", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["key"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

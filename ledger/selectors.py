@@ -98,7 +98,7 @@ def _chain_batch(tenant_id: int, after_seq: int) -> list[tuple[Any, ...]]:
             " ORDER BY seq LIMIT %s",
             [tenant_id, after_seq, _VERIFY_BATCH],
         )
-        return cursor.fetchall()
+        return list(cursor.fetchall())
 
 
 def membership_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Membership | None:

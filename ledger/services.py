@@ -12,7 +12,7 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +24,7 @@ from rest_framework import status
 
 from config.api import ApiError, Conflict
 from ledger.chain import event_hash
-from ledger.models import Agent, ApiKey, Event, Membership, Role, Tenant
+from ledger.models import Agent, ApiKey, Event, IdempotencyRecord, Membership, Role, Tenant
 from ledger.projections import projections_after_append
 
 SYSTEM_ACTOR = "system"
@@ -397,3 +397,21 @@ def events_append_from_client(*, tenant: Tenant, drafts: Sequence[EventDraft]) -
             prefix = f"Event {index}: " if len(drafts) > 1 else ""
             raise ApiError(code=code, message=prefix + message, details={"index": index})
     return events_append(tenant=tenant, drafts=drafts)
+
+
+IDEMPOTENCY_EXPIRE_BATCH = 5000
+
+
+def idempotency_records_expire(*, now: datetime | None = None) -> int:
+    """Delete stored idempotent answers past their retention, in bounded batches. Idempotent."""
+    cutoff = (now or timezone.now()) - timedelta(hours=settings.IDEMPOTENCY_RETENTION_HOURS)
+    deleted = 0
+    while True:
+        ids = list(
+            IdempotencyRecord.objects.filter(created_at__lt=cutoff).values_list("pk", flat=True)[
+                :IDEMPOTENCY_EXPIRE_BATCH
+            ]
+        )
+        if not ids:
+            return deleted
+        deleted += IdempotencyRecord.objects.filter(pk__in=ids).delete()[0]

@@ -1,0 +1,28 @@
+# The app image for docker-compose.yml: one image, run as migrate, web, worker or beat.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    AGENT_MEMORY_DATA_DIR=/data
+
+WORKDIR /app
+
+# Dependencies first, in their own layer, so a code change does not reinstall them. The project
+# declares no importable packages (the apps run from /app), so this installs the dependencies only.
+COPY pyproject.toml README.md ./
+RUN pip install .
+
+COPY . .
+
+# /data is the app-data volume: static files, the generated secret key, beat's schedule file.
+# A fresh named volume takes this folder's owner, so the app user can write to it.
+RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin app \
+    && mkdir -p /data \
+    && chown app:app /data
+USER app
+
+EXPOSE 8000
+CMD ["gunicorn", "config.wsgi:application", "--bind=0.0.0.0:8000", "--worker-class=gthread", \
+     "--workers=2", "--threads=4", "--access-logfile=-"]

@@ -1,0 +1,37 @@
+# The commands the README names. Each sets up .venv on first use and again only when
+# pyproject.toml changes, so re-runs start at once. Pass extra arguments with ARGS="...".
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: up demo test lint typecheck check setup
+
+up: $(INSTALLED)
+	exec $(BIN)/python manage.py up $(ARGS)
+
+demo: $(INSTALLED)
+	exec $(BIN)/python manage.py up --demo $(ARGS)
+
+test: $(INSTALLED)
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(INSTALLED)
+	$(BIN)/mypy .
+
+check: lint typecheck test
+
+setup: $(INSTALLED)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $@
