@@ -92,7 +92,20 @@ def bench_salience(run_events: int, queries: int) -> None:
     tenant = tenant_create(name="bench recall", slug=f"bench-recall-{uuid.uuid4().hex[:8]}")
     agent = agent_create(tenant=tenant, name="Creator1", actor="system")
     kinds = ["world.observed", "agent.spoke", "judge.verdict", "clue.found", "agent.thought"]
-    words = "key butler garden knife letter alibi storm window cellar ledger candle map".split()
+    words = [
+        "key",
+        "butler",
+        "garden",
+        "knife",
+        "letter",
+        "alibi",
+        "storm",
+        "window",
+        "cellar",
+        "ledger",
+        "candle",
+        "map",
+    ]
     for offset in range(0, run_events, 1000):
         events_append(
             tenant=tenant,
