@@ -5,7 +5,7 @@ REDIS_URL), started once per run under var/test and stopped at the end if this r
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -44,6 +44,23 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
 
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate")
+
+
+@pytest.fixture(scope="session")
+def celery_worker() -> Iterator[Any]:
+    """A real Celery worker (solo pool, in a thread of this process) on the test Redis.
+
+    The ping check sends celery.ping through the broker and waits for "pong" in the result
+    backend: a full round trip before any test uses the worker. Tests that need the worker to see
+    their rows must use ``transactional_db``: it reads through its own connection.
+    """
+    import celery.contrib.testing.tasks  # noqa: F401 (registers celery.ping)
+    from celery.contrib.testing.worker import start_worker
+
+    from config.celery import app
+
+    with start_worker(app, pool="solo", perform_ping_check=True, loglevel="WARNING") as worker:
+        yield worker
 
 
 @pytest.fixture

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import time
 
-import celery.contrib.testing.tasks  # noqa: F401 (registers celery.ping for the worker's ping check)
 import pytest
-from celery.contrib.testing.worker import start_worker
 
-from config.celery import app
 from config.health import HEARTBEAT_KEY, redis_client
 from config.tasks import worker_heartbeat
 
 pytestmark = pytest.mark.celery_worker
-
-
-@pytest.fixture(scope="module")
-def celery_worker():
-    # perform_ping_check sends celery.ping through the broker and waits for "pong" in the result
-    # backend: a full round trip before any test runs.
-    with start_worker(app, pool="solo", perform_ping_check=True, loglevel="WARNING") as worker:
-        yield worker
 
 
 def test_a_task_round_trips_through_redis_and_the_worker(celery_worker):
