@@ -6,10 +6,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import views
-from ledger.urls import api_router as ledger_api
+from ledger.urls import api_urls as ledger_api
 from memory.urls import api_router as memory_api
 
-api_v1 = [*ledger_api.urls, *memory_api.urls]
+api_v1 = [*ledger_api, *memory_api.urls]
 
 urlpatterns = [
     path("", views.home, name="home"),

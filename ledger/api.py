@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from config.api import ApiError, CursorPagination
 from ledger import services
-from ledger.models import Agent, ApiKey, Event, Role
+from ledger.models import Agent, ApiKey, Event, RecallSettings, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.selectors import event_chain_verify, event_visible_to
 from ledger.serializers import (
@@ -28,6 +28,7 @@ from ledger.serializers import (
     EventAppendSerializer,
     EventBatchSerializer,
     EventSerializer,
+    RecallSettingsSerializer,
 )
 
 IDEMPOTENCY_PARAMETER = OpenApiParameter(
@@ -246,3 +247,27 @@ def _batch_error(errors: Any) -> ApiError:
         message="The batch is invalid; nothing was written.",
         details=errors if isinstance(errors, dict) else {"events": errors},
     )
+
+
+@extend_schema_view(
+    retrieve=extend_schema(summary="The tenant's recall and visibility rules"),
+    partial_update=extend_schema(summary="Change the tenant's recall and visibility rules (admin)"),
+)
+class RecallSettingsViewSet(TenantScopedViewSet):
+    """One resource per tenant, at /recall-settings/ (no id)."""
+
+    queryset = RecallSettings.objects.all()
+    serializer_class = RecallSettingsSerializer
+
+    def retrieve(self, request: Request) -> Response:
+        return Response(self.get_serializer(RecallSettings.for_tenant(self.tenant)).data)
+
+    def partial_update(self, request: Request) -> Response:
+        serializer = self.get_serializer(
+            RecallSettings.for_tenant(self.tenant), data=request.data, partial=True
+        )
+        serializer.is_valid(raise_exception=True)
+        updated = services.recall_settings_update(
+            tenant=self.tenant, actor=self.principal.actor, changes=dict(serializer.validated_data)
+        )
+        return Response(self.get_serializer(updated).data)

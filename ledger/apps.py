@@ -9,9 +9,16 @@ class LedgerConfig(AppConfig):
 
     def ready(self) -> None:
         from ledger.agent_projection import AgentProjection
-        from ledger.projections import projection_register
+        from ledger.projections import projection_register, service_kinds_register
 
         projection_register(AgentProjection())
+        service_kinds_register(
+            "tenant.created",
+            "membership.granted",
+            "api_key.created",
+            "api_key.revoked",
+            "recall_settings.updated",
+        )
 
         # DRF's generic classes are typed in its stubs but not subscriptable at run time.
         import django_stubs_ext

@@ -47,6 +47,12 @@ class Projection(Protocol):
 
 
 _registry: dict[str, Projection] = {}
+# Kinds the service writes that no projection replays (tenant.created, api_key.revoked, ...).
+_service_kinds: set[str] = set()
+
+
+def service_kinds_register(*kinds: str) -> None:
+    _service_kinds.update(kinds)
 
 
 def projection_register(projection: Projection) -> None:
@@ -59,7 +65,7 @@ def registered_projections() -> list[Projection]:
 
 def reserved_kinds() -> frozenset[str]:
     """Event kinds that only the service layer may append."""
-    kinds: set[str] = set()
+    kinds: set[str] = set(_service_kinds)
     for projection in _registry.values():
         kinds |= projection.owned_kinds
     return frozenset(kinds)

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers, status
 
 from config.api import ApiError
-from ledger.models import Agent, ApiKey, Event, Role, displayable_text
+from ledger.models import Agent, ApiKey, Event, RecallSettings, Role, displayable_text
 from ledger.services import EventDraft
 
 
@@ -170,3 +170,32 @@ class ChainReportSerializer(serializers.Serializer[Any]):
     events_checked = serializers.IntegerField()
     first_broken_seq = serializers.IntegerField(allow_null=True)
     reason = serializers.CharField()
+
+
+def _kinds_field(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.RegexField(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$", max_length=64),
+        max_length=200,
+        help_text=help_text,
+    )
+
+
+class RecallSettingsSerializer(serializers.ModelSerializer[RecallSettings]):
+    globally_visible_kinds = _kinds_field("Kinds every agent sees, besides its own events.")
+    reflection_kinds = _kinds_field("Kinds that count toward reflection, besides its own events.")
+    kind_importance = serializers.DictField(
+        child=serializers.FloatField(min_value=0.0, max_value=1.0),
+        help_text="Importance (0..1) by event kind; others take default_importance.",
+    )
+    default_importance = serializers.FloatField(min_value=0.0, max_value=1.0)
+    weight_relevance = serializers.FloatField(min_value=0.0, max_value=1.0)
+    weight_recency = serializers.FloatField(min_value=0.0, max_value=1.0)
+    weight_importance = serializers.FloatField(min_value=0.0, max_value=1.0)
+    recency_decay = serializers.FloatField(min_value=0.0, max_value=10.0)
+    max_recent = serializers.IntegerField(min_value=1, max_value=200)
+    top_k = serializers.IntegerField(min_value=1, max_value=200)
+    reflection_threshold = serializers.IntegerField(min_value=1, max_value=10_000)
+
+    class Meta:
+        model = RecallSettings
+        exclude = ["id", "tenant"]

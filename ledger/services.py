@@ -24,7 +24,16 @@ from rest_framework import status
 
 from config.api import ApiError, Conflict
 from ledger.chain import event_hash
-from ledger.models import Agent, ApiKey, Event, IdempotencyRecord, Membership, Role, Tenant
+from ledger.models import (
+    Agent,
+    ApiKey,
+    Event,
+    IdempotencyRecord,
+    Membership,
+    RecallSettings,
+    Role,
+    Tenant,
+)
 from ledger.projections import projections_after_append
 
 SYSTEM_ACTOR = "system"
@@ -415,3 +424,18 @@ def idempotency_records_expire(*, now: datetime | None = None) -> int:
         if not ids:
             return deleted
         deleted += IdempotencyRecord.objects.filter(pk__in=ids).delete()[0]
+
+
+def recall_settings_update(
+    *, tenant: Tenant, actor: str, changes: dict[str, Any]
+) -> RecallSettings:
+    """Change the tenant's recall rules; the change is logged with its new values."""
+    with transaction.atomic():
+        current = RecallSettings.for_tenant(tenant)
+        for key, value in changes.items():
+            setattr(current, key, value)
+        current.save()
+        event_append(
+            tenant=tenant, kind="recall_settings.updated", actor=actor, payload={"changes": changes}
+        )
+    return current

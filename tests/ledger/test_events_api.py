@@ -115,6 +115,7 @@ def test_a_batch_is_appended_in_order(tenant, api):
         ({"kind": "nodots", "actor": "system"}, "invalid_kind"),
         ({"kind": "a." + "b" * 70, "actor": "system"}, "invalid_kind"),
         ({"kind": "agent.registered", "actor": "system", "payload": {}}, "reserved_kind"),
+        ({"kind": "api_key.revoked", "actor": "system"}, "reserved_kind"),
         ({"kind": "agent.spoke", "actor": "Nobody"}, "unknown_actor"),
         ({"kind": "agent.spoke", "actor": "system", "turn": -1}, "invalid_turn"),
         ({"kind": "agent.spoke", "actor": "system", "payload": [1, 2]}, "invalid_event"),
@@ -265,3 +266,24 @@ def test_verify_reports_an_intact_chain(tenant, api_as):
     assert response.status_code == 200
     assert response.json()["ok"] is True
     assert response.json()["first_broken_seq"] is None
+
+
+def test_admins_change_the_tenants_recall_rules_and_it_is_logged(tenant, api_as):
+    admin = api_as(tenant, role=Role.ADMIN)
+
+    before = admin.get("/api/v1/recall-settings/").json()
+    changed = admin.patch(
+        "/api/v1/recall-settings/",
+        {"globally_visible_kinds": ["world.observed"], "top_k": 3},
+        format="json",
+    )
+    invalid = admin.patch("/api/v1/recall-settings/", {"weight_recency": 2}, format="json")
+
+    assert before["top_k"] == 8
+    assert "agent.spoke" in before["globally_visible_kinds"]
+    assert changed.status_code == 200
+    assert RecallSettings.for_tenant(tenant).globally_visible_kinds == ["world.observed"]
+    assert invalid.status_code == 400
+    assert "weight_recency" in invalid.json()["error"]["details"]
+    logged = Event.objects.get(tenant=tenant, kind="recall_settings.updated")
+    assert logged.payload["changes"]["top_k"] == 3

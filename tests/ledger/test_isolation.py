@@ -58,6 +58,8 @@ ENDPOINTS = [
     Endpoint("post", "/api/v1/events/batch/", Role.AGENT, {"events": [SPOKEN, SPOKEN]}),
     Endpoint("get", "/api/v1/events/{seq}/", Role.AGENT, target="event"),
     Endpoint("get", "/api/v1/events/verify/", Role.REVIEWER),
+    Endpoint("get", "/api/v1/recall-settings/", Role.AGENT),
+    Endpoint("patch", "/api/v1/recall-settings/", Role.ADMIN, {"top_k": 3}),
     Endpoint("post", "/api/v1/recall/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
     Endpoint("post", "/api/v1/reflections/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
 ]
