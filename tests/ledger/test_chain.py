@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DatabaseError, connection, transaction
 
 from ledger.models import Event, Tenant
 from ledger.selectors import event_chain_verify
 from ledger.services import EventDraft, event_append, events_append
+from tests.concurrency import run_concurrently
 
 
 def append_n(tenant: Tenant, count: int, actor: str = "Creator1") -> list[Event]:
@@ -147,26 +146,13 @@ def test_verify_notices_a_rehashed_event_by_its_successor(tenant):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_appenders_never_fork_the_chain(tenant):
     writers, per_writer = 6, 25
-    errors: list[BaseException] = []
-    start = threading.Barrier(writers)
 
     def write(index: int) -> None:
-        try:
-            start.wait()
-            for _ in range(per_writer):
-                event_append(tenant=tenant, kind="agent.spoke", actor=f"Writer{index}")
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        for _ in range(per_writer):
+            event_append(tenant=tenant, kind="agent.spoke", actor=f"Writer{index}")
 
-    threads = [threading.Thread(target=write, args=(index,)) for index in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_concurrently(write, writers)
 
-    assert errors == []
     seqs = list(Event.objects.filter(tenant=tenant).values_list("seq", flat=True))
     assert seqs == list(range(1, writers * per_writer + 2))
     assert event_chain_verify(tenant=tenant).ok

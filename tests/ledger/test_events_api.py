@@ -1,14 +1,12 @@
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connections
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from ledger.models import Event, RecallSettings, Role
 from ledger.services import event_append
+from tests.concurrency import run_concurrently
 
 pytestmark = pytest.mark.django_db
 
@@ -189,24 +187,16 @@ def test_idempotency_keys_are_per_tenant(tenant, other_tenant, creator, make_age
 def test_concurrent_retries_with_one_idempotency_key_write_once(tenant, make_agent, make_key):
     make_agent(tenant, name="Creator1")
     _, raw_key = make_key(tenant, role=Role.AGENT)
-    answers: list[tuple[int, dict]] = []
-    start = threading.Barrier(4)
 
-    def send() -> None:
+    def send(_: int) -> tuple[int, dict]:
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
-        start.wait()
         response = client.post(
             "/api/v1/events/", spoken(), format="json", HTTP_IDEMPOTENCY_KEY="race"
         )
-        answers.append((response.status_code, response.json()))
-        connections.close_all()
+        return response.status_code, response.json()
 
-    threads = [threading.Thread(target=send) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = run_concurrently(send, 4)
 
     assert [status for status, _ in answers] == [201] * 4
     assert len({body["seq"] for _, body in answers}) == 1

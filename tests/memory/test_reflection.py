@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connections
 
 from ledger.models import Event, RecallSettings, Role
 from ledger.services import EventDraft, events_append
 from memory.reflection import reflection_create_if_due, reflection_state
+from tests.concurrency import run_concurrently
 from tests.standins import openai_standin
 
 RUN = "run_1"
@@ -118,18 +116,8 @@ def test_a_failing_llm_falls_back_to_the_local_summary(tenant, creator, settings
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_checks_reflect_once(tenant, creator):
     beats(tenant, 4)
-    start = threading.Barrier(4)
 
-    def check() -> None:
-        start.wait()
-        reflection_create_if_due(agent=creator, run_id=RUN)
-        connections.close_all()
-
-    threads = [threading.Thread(target=check) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_concurrently(lambda _: reflection_create_if_due(agent=creator, run_id=RUN), 4)
 
     assert Event.objects.filter(tenant=tenant, kind="agent.reflected").count() == 1
 
