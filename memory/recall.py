@@ -76,57 +76,65 @@ def recall_episodic(*, agent: Agent, run_id: str, max_recent: int | None = None)
     return RecallResult(mode="episodic", agent=agent.name, run_id=run_id, items=items)
 
 
-# Jaccard overlap of two sorted, distinct word arrays, computed only where they share a word.
+# Three stages, so the expensive relevance term is computed for few events:
+# 1. every visible event of the run gets its cheap part, base = w_rec·recency + w_imp·importance;
+# 2. relevance adds at most w_rel, so an event whose base + w_rel is below the K-th best base
+#    can never reach the top K (K events already score at least that): it is dropped;
+# 3. the survivors get their relevance (cosine from the index, else Jaccard of word sets).
 _SALIENCE_SQL = """
 WITH query AS MATERIALIZED (SELECT ledger_words(%(query)s) AS words),
 importance (kind, weight) AS (
     SELECT * FROM unnest(%(importance_kinds)s::text[], %(importance_weights)s::float8[])
 ),
-candidates AS MATERIALIZED (
-    SELECT
-        e.id, e.seq, e.turn, e.kind, e.actor,
-        CASE WHEN e.search_words && query.words THEN (
-            SELECT count(*) FROM unnest(e.search_words) AS word WHERE word = ANY(query.words)
-        ) ELSE 0 END AS shared,
-        cardinality(e.search_words) AS event_size,
-        cardinality(query.words) AS query_size,
-        {semantic_column} AS semantic
-    FROM ledger_event AS e
+visible AS MATERIALIZED (
+    SELECT *, %(w_rec)s::float8 * recency + %(w_imp)s::float8 * importance AS base
+    FROM (
+        SELECT e.id, e.seq, e.turn, e.kind, e.actor, e.search_words,
+            exp(-%(decay)s::float8 * greatest(%(current_turn)s::int - e.turn, 0)) AS recency,
+            coalesce(importance.weight, %(default_importance)s::float8) AS importance
+        FROM ledger_event AS e LEFT JOIN importance USING (kind)
+        WHERE e.tenant_id = %(tenant)s
+          AND e.run_id = %(run_id)s
+          AND (e.actor = %(agent)s OR e.kind = ANY(%(visible)s))
+    ) AS terms
+),
+cutoff AS MATERIALIZED (
+    SELECT coalesce(min(base), 0) - %(w_rel)s::float8 AS lowest_possible
+    FROM (SELECT base FROM visible ORDER BY base DESC LIMIT %(top_k)s) AS best
+),
+ranked AS (
+    SELECT v.id, v.seq, v.turn, v.kind, v.actor, v.recency, v.importance, r.relevance,
+        s.semantic IS NOT NULL AS from_index,
+        %(w_rel)s::float8 * r.relevance + v.base AS score
+    FROM visible AS v
+    CROSS JOIN cutoff
     CROSS JOIN query
     {semantic_join}
-    WHERE e.tenant_id = %(tenant)s
-      AND e.run_id = %(run_id)s
-      AND (e.actor = %(agent)s OR e.kind = ANY(%(visible)s))
-),
-terms AS (
-    SELECT *,
-        coalesce(
-            semantic,
-            CASE WHEN shared > 0 THEN shared::float8 / (event_size + query_size - shared) ELSE 0 END
-        ) AS relevance,
-        exp(-%(decay)s::float8 * greatest(%(current_turn)s::int - turn, 0)) AS recency,
-        coalesce(importance.weight, %(default_importance)s::float8) AS importance
-    FROM candidates LEFT JOIN importance USING (kind)
-),
-top AS (
-    SELECT id, seq, turn, kind, actor, relevance, recency, importance,
-           %(w_rel)s::float8 * relevance
-               + %(w_rec)s::float8 * recency
-               + %(w_imp)s::float8 * importance AS score,
-           semantic IS NOT NULL AS from_index
-    FROM terms
-    ORDER BY score DESC, seq DESC
+    CROSS JOIN LATERAL (SELECT {semantic_column} AS semantic) AS s
+    CROSS JOIN LATERAL (
+        SELECT coalesce(
+            s.semantic,
+            CASE WHEN v.search_words && query.words THEN (
+                SELECT count(*)::float8 / (
+                    cardinality(v.search_words) + cardinality(query.words) - count(*)
+                )
+                FROM unnest(v.search_words) AS word WHERE word = ANY(query.words)
+            ) ELSE 0 END
+        ) AS relevance
+    ) AS r
+    WHERE v.base >= cutoff.lowest_possible
+    ORDER BY score DESC, v.seq DESC
     LIMIT %(top_k)s
 )
 -- Payloads are read only for the winners: detoasting every candidate's JSON is the slow part.
-SELECT top.seq, top.turn, top.kind, top.actor, ledger_display_text(e.payload) AS text,
-       relevance, recency, importance, score, from_index
-FROM top JOIN ledger_event AS e ON e.id = top.id
-ORDER BY score DESC, top.seq DESC
+SELECT r.seq, r.turn, r.kind, r.actor, ledger_display_text(e.payload) AS text,
+       r.relevance, r.recency, r.importance, r.score, r.from_index
+FROM ranked AS r JOIN ledger_event AS e ON e.id = r.id
+ORDER BY r.score DESC, r.seq DESC
 """
 
 _SEMANTIC_JOIN = """
-    LEFT JOIN memory_eventembedding AS ix ON ix.event_id = e.id AND ix.model = %(model)s
+    LEFT JOIN memory_eventembedding AS ix ON ix.event_id = v.id AND ix.model = %(model)s
 """
 # Cosine similarity clipped to [0, 1], so it shares a scale with the Jaccard fallback.
 # greatest() skips NULLs, so an event missing from the index must stay NULL explicitly.

@@ -214,3 +214,51 @@ def test_a_tenant_key_must_name_the_agent(tenant, cast, api_as):
 
     assert response.status_code == 400
     assert "agent" in response.json()["error"]["details"]
+
+
+def test_salience_matches_a_brute_force_ranking(tenant, cast, no_embedder):
+    """The SQL prunes events that cannot reach the top K; it must rank exactly like scoring
+    every visible event by the formula."""
+    import random
+    import re
+
+    creator, _ = cast
+    rng = random.Random(7)
+    words = "key butler garden knife letter alibi storm window cellar map".split()
+    kinds = ["world.observed", "agent.spoke", "judge.verdict", "agent.thought", "clue.found"]
+    rows = [
+        (
+            rng.choice(kinds),
+            rng.choice(["Creator1", "system", "Reviewer1"]),
+            turn,
+            {"text": " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))},
+        )
+        for turn in range(300)
+    ]
+    play(tenant, *rows)
+    query, current_turn, top_k = "garden key", 310, 10
+    defaults = RecallSettings(tenant=tenant)
+    visible = set(defaults.globally_visible_kinds)
+
+    def tokens(text: str) -> set[str]:
+        return {w for w in re.split(r"[^a-z0-9]+", text.lower()) if w}
+
+    expected = []
+    for seq, (kind, actor, turn, payload) in enumerate(rows):
+        if actor != "Creator1" and kind not in visible:
+            continue
+        shared = tokens(payload["text"]) & tokens(query)
+        relevance = len(shared) / len(tokens(payload["text"]) | tokens(query))
+        score = (
+            0.3 * relevance
+            + 0.4 * math.exp(-0.1 * (current_turn - turn))
+            + 0.3 * defaults.kind_importance.get(kind, 0.5)
+        )
+        expected.append((round(score, 4), seq))
+    best = sorted(expected, reverse=True)[:top_k]
+
+    result = recall_salience(
+        agent=creator, run_id=RUN, query=query, current_turn=current_turn, top_k=top_k
+    )
+
+    assert sorted((item.score for item in result.items), reverse=True) == [s for s, _ in best]
