@@ -958,7 +958,7 @@ def evaluate_all(convs: list[Conversation], dense: dict[str, Scores] | None) -> 
     return out
 
 
-def worker(name: str, convs: list[Conversation]) -> dict[str, Any]:
+def worker(name: str, convs: list[Conversation], speed_only: bool = False) -> dict[str, Any]:
     c = CANDIDATES[name]
     res: dict[str, Any] = {"name": name, "description": c.description}
     rss0 = rss_mb()
@@ -1011,6 +1011,13 @@ def worker(name: str, convs: list[Conversation]) -> dict[str, Any]:
             best = min(best, time.perf_counter() - t)
         res[f"{key}_texts_per_s"] = len(texts) / best
 
+    res["rss_before_load_mb"] = rss0
+    res["install"] = install_sizes(c)
+    if speed_only:
+        res["peak_rss_mb"] = rss_mb()
+        res["eval"] = None
+        return res
+
     # retrieval
     t = time.perf_counter()
     dense: dict[str, Scores] = {r: {} for r in RENDERINGS}
@@ -1031,9 +1038,7 @@ def worker(name: str, convs: list[Conversation]) -> dict[str, Any]:
             dense[r][cv.sample_id] = qv @ dv.T
     res["embed_eval_s"] = time.perf_counter() - t
     res["peak_rss_mb"] = rss_mb()
-    res["rss_before_load_mb"] = rss0
     res["eval"] = evaluate_all(convs, dense)
-    res["install"] = install_sizes(c)
     return res
 
 
@@ -1064,30 +1069,14 @@ def fmt_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), sep, *(line(r) for r in rows)])
 
 
-def report(base: dict[str, Any], results: list[dict[str, Any]], failures: dict[str, str]) -> str:
-    out: list[str] = []
-    bm = base["bm25"]
+def speed_table(results: list[dict[str, Any]]) -> str:
     rows = []
-    rows.append(
-        [
-            "BM25",
-            "-",
-            *(f"{bm[r]['overall']['r10']:.3f}" for r in RENDERINGS),
-            f"{bm['dated']['overall']['r5']:.3f}",
-            f"{bm['dated']['overall']['mrr']:.3f}",
-            *["-"] * 10,
-        ]
-    )
     for res in results:
-        d = res["eval"]["dense"]
         inst = res["install"]
         rows.append(
             [
                 res["name"],
                 str(res["dim"]),
-                *(f"{d[r]['overall']['r10']:.3f}" for r in RENDERINGS),
-                f"{d['dated']['overall']['r5']:.3f}",
-                f"{d['dated']['overall']['mrr']:.3f}",
                 f"{res['lat_ms_median']:.2f}",
                 f"{res['lat_ms_p95']:.2f}",
                 f"{res['lat_turn_ms_median']:.2f}",
@@ -1100,32 +1089,81 @@ def report(base: dict[str, Any], results: list[dict[str, Any]], failures: dict[s
                 f"{inst['model_pkg_mb'] + inst['runtime_mb']:.0f}",
             ]
         )
-    out.append(
-        "Dense retrieval (R@10 for both renderings; R@5 and MRR on the dated one), speed, size"
-    )
-    out.append(
-        fmt_table(
-            [
-                "model",
-                "dim",
-                "R@10 plain",
-                "R@10 dated",
-                "R@5 dated",
-                "MRR dated",
-                "lat p50 ms",
-                "lat p95 ms",
-                "turn p50 ms",
-                "b32 texts/s",
-                "b32 sorted",
-                "load s",
-                "RSS 1-text MB",
-                "peak RSS MB",
-                "model pkg MB",
-                "total MB",
-            ],
-            rows,
+    head = ["model", "dim", "p50 ms", "p95 ms", "turn p50 ms", "b32 texts/s", "b32 sorted"]
+    head += ["load s", "RSS 1-text MB", "peak RSS MB", "model pkg MB", "total MB"]
+    return fmt_table(head, rows)
+
+
+def footer_lines(results: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    out.append("Runtime packages counted in 'total MB' (model package + these, all their deps):")
+    for res in results:
+        inst = res["install"]
+        miss = f"  (not installed here: {', '.join(inst['missing'])})" if inst["missing"] else ""
+        out.append(
+            f"  {res['name']}: {', '.join(inst['runtime_pkgs']) or '-'}"
+            f" = {inst['runtime_mb']:.0f} MB{miss}"
         )
+    out.append("")
+    out.append(
+        "RSS is the worker's (Python + numpy + data + model): 'RSS 1-text' after the batch-1"
+        " latency"
     )
+    out.append(
+        "loop (what a server embedding one text per request holds), 'peak' after batch-32 work."
+    )
+    out.append("RSS before the model loaded:")
+    out.append("  " + ", ".join(f"{r['name']} {r['rss_before_load_mb']:.0f} MB" for r in results))
+    return out
+
+
+def failure_lines(failures: dict[str, str]) -> list[str]:
+    if not failures:
+        return []
+    return ["", "Not measured:", *(f"  {k}: {v}" for k, v in failures.items())]
+
+
+def report(base: dict[str, Any], results: list[dict[str, Any]], failures: dict[str, str]) -> str:
+    out: list[str] = [
+        "Speed and size (batch 1 = one text per call, after warm-up)",
+        speed_table(results),
+    ]
+    scored = [r for r in results if r["eval"] is not None]
+    if not scored:
+        return "\n".join([*out, "", *footer_lines(results), *failure_lines(failures)])
+    results = scored
+    bm = base["bm25"]
+    rows = [
+        [
+            "BM25",
+            "-",
+            *(f"{bm[r]['overall']['r10']:.3f}" for r in RENDERINGS),
+            f"{bm['dated']['overall']['r5']:.3f}",
+            f"{bm['dated']['overall']['mrr']:.3f}",
+            "-",
+            "-",
+        ]
+    ]
+    for res in results:
+        d = res["eval"]["dense"]
+        h = res["eval"]["hybrid"]["dense_dated+bm25_dated"]
+        rows.append(
+            [
+                res["name"],
+                str(res["dim"]),
+                *(f"{d[r]['overall']['r10']:.3f}" for r in RENDERINGS),
+                f"{d['dated']['overall']['r5']:.3f}",
+                f"{d['dated']['overall']['mrr']:.3f}",
+                f"{h['best']['overall']['r10']:.3f} (w={h['best_w']:.1f})",
+                f"{h['loco']['r10']:.3f}",
+            ]
+        )
+    out.append("")
+    out.append(
+        "Retrieval, dense alone (R@10 both renderings; R@5 and MRR dated) and hybrid (dated)"
+    )
+    head = ["model", "dim", "R@10 plain", "R@10 dated", "R@5 dated", "MRR dated"]
+    out.append(fmt_table([*head, "hybrid R@10", "hybrid loco"], rows))
     out.append("")
     out.append("Per category, R@10, dated rendering (n questions in brackets)")
     cats = [str(k) for k in CATEGORIES]
@@ -1199,30 +1237,7 @@ def report(base: dict[str, Any], results: list[dict[str, Any]], failures: dict[s
         )
     out.append(fmt_table(["model", "w", *head[1:]], rows))
     out.append("")
-    out.append("Runtime packages counted in 'total MB' (model package + these, all their deps):")
-    for res in results:
-        inst = res["install"]
-        miss = f"  (not installed here: {', '.join(inst['missing'])})" if inst["missing"] else ""
-        out.append(
-            f"  {res['name']}: {', '.join(inst['runtime_pkgs']) or '-'}"
-            f" = {inst['runtime_mb']:.0f} MB{miss}"
-        )
-    out.append("")
-    out.append(
-        "RSS is the worker's (Python + numpy + data + model): 'RSS 1-text' after the batch-1"
-        " latency"
-    )
-    out.append(
-        "loop (what a server embedding one text per request holds), 'peak' after batch-32 work."
-    )
-    out.append("RSS before the model loaded:")
-    out.append("  " + ", ".join(f"{r['name']} {r['rss_before_load_mb']:.0f} MB" for r in results))
-    if failures:
-        out.append("")
-        out.append("Not measured:")
-        for k, v in failures.items():
-            out.append(f"  {k}: {v}")
-    return "\n".join(out)
+    return "\n".join(out + footer_lines(results) + failure_lines(failures))
 
 
 def main() -> int:
@@ -1236,6 +1251,9 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--json-out", type=Path, default=None, help="write all raw results here")
     ap.add_argument("--list", action="store_true", help="list candidates and exit")
+    ap.add_argument(
+        "--speed-only", action="store_true", help="latency, throughput, RSS, size; no retrieval"
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -1251,7 +1269,7 @@ def main() -> int:
     limit_questions(convs, args.limit_questions)
 
     if args.worker:
-        res = worker(args.worker, convs)
+        res = worker(args.worker, convs, speed_only=args.speed_only)
         assert args.worker_out is not None
         args.worker_out.write_text(json.dumps(res))
         return 0
@@ -1271,7 +1289,7 @@ def main() -> int:
     )
     print()
 
-    base = evaluate_all(convs, None)
+    base = evaluate_all(convs, None) if not args.speed_only else {}
     results: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
@@ -1297,6 +1315,8 @@ def main() -> int:
         ]
         if args.limit_questions:
             cmd += ["--limit-questions", str(args.limit_questions)]
+        if args.speed_only:
+            cmd.append("--speed-only")
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not tmp.stat().st_size:
@@ -1307,13 +1327,12 @@ def main() -> int:
         res = json.loads(tmp.read_text())
         tmp.unlink()
         results.append(res)
-        d = res["eval"]["dense"]
-        print(
-            f"[done] {name} in {time.perf_counter() - t:.0f}s: "
-            f"R@10 plain {d['plain']['overall']['r10']:.3f} "
-            f"dated {d['dated']['overall']['r10']:.3f}, p50 {res['lat_ms_median']:.2f} ms",
-            flush=True,
-        )
+        done = f"[done] {name} in {time.perf_counter() - t:.0f}s: p50 {res['lat_ms_median']:.2f} ms"
+        if res["eval"] is not None:
+            d = res["eval"]["dense"]
+            done += f", R@10 plain {d['plain']['overall']['r10']:.3f}"
+            done += f" dated {d['dated']['overall']['r10']:.3f}"
+        print(done, flush=True)
     print()
     print(f"load average at end: {os.getloadavg()}")
     print(report(base, results, failures))

@@ -86,6 +86,8 @@ def bench_verify(total: int) -> None:
 
 
 def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
+    from django.db import connection
+
     from ledger.models import Event
     from ledger.services import EventDraft, agent_create, events_append, tenant_create
     from memory.recall import recall_salience
@@ -125,11 +127,15 @@ def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
                 for i in range(min(1000, run_events - offset))
             ],
         )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE ledger_event")  # as autovacuum would after a bulk load
     if index:
         started = time.perf_counter()
         ids = list(Event.objects.filter(tenant=tenant).values_list("pk", flat=True))
         event_embeddings_build(event_ids=ids)
         print(f"salience: embedded {len(ids):,} events in {time.perf_counter() - started:.1f} s")
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE memory_eventembedding")
     timings = []
     for number in range(queries + 5):
         query = f"{words[number % 12]} {words[(number * 3) % 12]}"

@@ -19,11 +19,16 @@ class EventEmbedding(models.Model):
         Event, on_delete=models.CASCADE, primary_key=True, related_name="embedding"
     )
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    # Copied from the event so recall reads one run's vectors with a single index range scan.
+    run_id = models.CharField(max_length=200, blank=True, default="")
     # Unsized: recall compares an event only with the query of its own run (no ANN index), and
     # a deployment may switch embedding models without a schema change.
     embedding = VectorField()
     model = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "run_id", "model"], name="eventembedding_run")]
 
     def __str__(self) -> str:
         return f"embedding of event {self.event_id}"

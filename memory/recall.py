@@ -133,8 +133,12 @@ FROM ranked AS r JOIN ledger_event AS e ON e.id = r.id
 ORDER BY r.score DESC, r.seq DESC
 """
 
+# The run's vectors in one index range scan, hash-joined to the candidates.
 _SEMANTIC_JOIN = """
-    LEFT JOIN memory_eventembedding AS ix ON ix.event_id = v.id AND ix.model = %(model)s
+    LEFT JOIN (
+        SELECT event_id, embedding FROM memory_eventembedding
+        WHERE tenant_id = %(tenant)s AND run_id = %(run_id)s AND model = %(model)s
+    ) AS ix ON ix.event_id = v.id
 """
 # Cosine similarity clipped to [0, 1], so it shares a scale with the Jaccard fallback.
 # greatest() skips NULLs, so an event missing from the index must stay NULL explicitly.

@@ -27,7 +27,7 @@ def event_embeddings_build(*, event_ids: Sequence[int]) -> int:
         event
         for event in Event.objects.filter(pk__in=event_ids)
         .exclude(embedding__model=model)
-        .only("id", "tenant_id", "payload")
+        .only("id", "tenant_id", "run_id", "payload")
         .order_by("id")
         if event.text
     ]
@@ -42,7 +42,13 @@ def event_embeddings_build(*, event_ids: Sequence[int]) -> int:
             ).delete()
             created = EventEmbedding.objects.bulk_create(
                 [
-                    EventEmbedding(event_id=e.pk, tenant_id=e.tenant_id, embedding=v, model=model)
+                    EventEmbedding(
+                        event_id=e.pk,
+                        tenant_id=e.tenant_id,
+                        run_id=e.run_id,
+                        embedding=v,
+                        model=model,
+                    )
                     for e, v in zip(batch, vectors, strict=True)
                 ],
                 ignore_conflicts=True,

