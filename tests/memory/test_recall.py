@@ -224,7 +224,18 @@ def test_salience_matches_a_brute_force_ranking(tenant, cast, no_embedder):
 
     creator, _ = cast
     rng = random.Random(7)
-    words = "key butler garden knife letter alibi storm window cellar map".split()
+    words = [
+        "key",
+        "butler",
+        "garden",
+        "knife",
+        "letter",
+        "alibi",
+        "storm",
+        "window",
+        "cellar",
+        "map",
+    ]
     kinds = ["world.observed", "agent.spoke", "judge.verdict", "agent.thought", "clue.found"]
     rows = [
         (
@@ -261,4 +272,6 @@ def test_salience_matches_a_brute_force_ranking(tenant, cast, no_embedder):
         agent=creator, run_id=RUN, query=query, current_turn=current_turn, top_k=top_k
     )
 
-    assert sorted((item.score for item in result.items), reverse=True) == [s for s, _ in best]
+    assert sorted((item.score or 0.0 for item in result.items), reverse=True) == [
+        s for s, _ in best
+    ]
