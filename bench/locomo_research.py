@@ -213,20 +213,19 @@ def render(turns: Sequence[Turn], i: int, how: str) -> str:
         return _line(t)
     if how == "dated_cap":
         return f"[{t.date}] {_line(t)}"
-    if how in ("ctx_prev", "ctx_next", "ctx1"):
-        parts: list[str] = []
-        prev = _neighbour(turns, i, -1) if how in ("ctx_prev", "ctx1") else None
-        nxt = _neighbour(turns, i, 1) if how in ("ctx_next", "ctx1") else None
-        if prev:
-            parts.append(_line(prev))
-        parts.append(_line(t))
-        if nxt:
-            parts.append(_line(nxt))
+    if how in ("ctx_prev", "ctx_next", "ctx1", "ctx2"):
+        before = {"ctx_prev": 1, "ctx_next": 0, "ctx1": 1, "ctx2": 2}[how]
+        after = {"ctx_prev": 0, "ctx_next": 1, "ctx1": 1, "ctx2": 2}[how]
+        parts = [
+            _line(n)
+            for step in range(-before, after + 1)
+            if (n := _neighbour(turns, i, step)) is not None
+        ]
         return f"[{t.date}] " + " \n ".join(parts)
     raise ValueError(how)
 
 
-RENDERINGS = ("plain", "spk", "dated", "cap", "dated_cap", "ctx_prev", "ctx_next", "ctx1")
+RENDERINGS = ("plain", "spk", "dated", "cap", "dated_cap", "ctx_prev", "ctx_next", "ctx1", "ctx2")
 
 # --------------------------------------------------------------------------------------------
 # Embeddings (cached)
@@ -269,19 +268,11 @@ class Embeddings:
 
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
-    """i me my myself we our ours ourselves you re ve ll d your yours yourself yourselves he him
-    his himself she s her hers herself it its itself they them their theirs themselves what
-    which who whom this that these those am is are was were be been being have has had having do
-    does did doing a an the and but if or because as until while of at by for with about against
-    between into through during before after above below to from up down in out on off over
-    under again further then once here there when where why how all any both each few more most
-    other some such no nor not only own same so than too very t can will just don should now m o
-    y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn
-    weren won wouldn""".split()
+    ["i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "re", "ve", "ll", "d", "your", "yours", "yourself", "yourselves", "he", "him", "his", "himself", "she", "s", "her", "hers", "herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so", "than", "too", "very", "t", "can", "will", "just", "don", "should", "now", "m", "o", "y", "ain", "aren", "couldn", "didn", "doesn", "hadn", "hasn", "haven", "isn", "ma", "mightn", "mustn", "needn", "shan", "shouldn", "wasn", "weren", "won", "wouldn"]
 )
 # Question words that carry no topic ("What did X do ...?", "likely", "would").
 QUERY_STOPWORDS = STOPWORDS | frozenset(
-    "would could might likely kind type sort thing things think".split()
+    ["would", "could", "might", "likely", "kind", "type", "sort", "thing", "things", "think"]
 )
 
 
@@ -396,11 +387,12 @@ BASE = Config("baseline: hybrid dated/dated minmax w=0.6", "earlier best (0.659)
 def experiments() -> list[Config]:
     best = Config(
         "BEST",
-        "cap rendering dense ctx1+turn, BM25 ctx1, speaker boost, neighbours",
-        dense=(("dated_cap", 0.5), ("ctx1", 0.5)),
-        keyword="ctx1",
+        "dense: the turn '[date] speaker: text [shares a photo of caption]'; "
+        "BM25 (light stemming) over a +-2 turn window; minmax w=0.6; neighbour boost 0.3",
+        dense=(("dated_cap", 1.0),),
+        keyword="ctx2",
+        stem=True,
         query_stop=True,
-        speaker_boost=0.1,
         neighbour=0.3,
     )
     return [
@@ -414,11 +406,23 @@ def experiments() -> list[Config]:
         replace(BASE, name="+ captions", dense=(("dated_cap", 1.0),), keyword="dated_cap"),
         replace(BASE, name="+ ctx1 (prev+this+next) dense", dense=(("ctx1", 1.0),)),
         replace(BASE, name="+ ctx1 keyword", keyword="ctx1"),
+        replace(BASE, name="+ ctx2 keyword", keyword="ctx2"),
         replace(BASE, name="+ ctx1 both", dense=(("ctx1", 1.0),), keyword="ctx1"),
         replace(BASE, name="+ speaker boost 0.1", speaker_boost=0.1),
         replace(BASE, name="+ neighbour 0.3", neighbour=0.3),
         replace(BASE, name="+ query stop words", query_stop=True),
         replace(BASE, name="+ stemming", stem=True),
+        replace(best, name="BEST - neighbour", neighbour=0.0),
+        replace(best, name="BEST - stemming", stem=False),
+        replace(best, name="BEST with kw ctx1", keyword="ctx1"),
+        replace(best, name="BEST + ctx1 dense vector", dense=(("dated_cap", 0.5), ("ctx1", 0.5))),
+        replace(best, name="BEST - captions", dense=(("dated", 1.0),)),
+        replace(best, name="BEST + speaker boost 0.1", speaker_boost=0.1),
+        replace(best, name="BEST + session summary 0.3 (LLM)", summary_weight=0.3),
+        replace(best, name="BEST rrf", fusion="rrf", dense_weight=0.5),
+        replace(best, name="BEST w=0.5", dense_weight=0.5),
+        replace(best, name="BEST w=0.7", dense_weight=0.7),
+        replace(best, name="BEST neighbour 0.5", neighbour=0.5),
         best,
     ]
 
@@ -586,11 +590,68 @@ PG_TSQUERY = {
     "or": "replace(plainto_tsquery('english', %(q)s)::text, ' & ', ' | ')::tsquery",
 }
 PG_RANK = {
+    "bm25": "(BM25_SQL)",
     "ts_rank_cd": "ts_rank_cd(tsv, {tsq})",
     "ts_rank_cd_n1": "ts_rank_cd(tsv, {tsq}, 1)",
     "ts_rank": "ts_rank(tsv, {tsq})",
     "ts_rank_n1": "ts_rank(tsv, {tsq}, 1)",
 }
+
+
+# Okapi BM25 over PostgreSQL's english lexemes: idf from a document-frequency table, tf from the
+# tsvector positions, length = number of positions. Only rows matching the OR-ed tsquery (GIN).
+BM25_SQL = """
+    WITH stats AS (
+        SELECT count(*) AS n, avg(len) AS avgdl FROM research_turn WHERE conv = %(c)s),
+    ql AS (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %(q)s))),
+    idf AS (
+        SELECT ql.lexeme, ln(1 + (stats.n - d.df + 0.5) / (d.df + 0.5)) AS idf
+        FROM ql JOIN research_df d ON d.conv = %(c)s AND d.lexeme = ql.lexeme, stats),
+    hits AS (
+        SELECT t.idx, t.len, u.lexeme, array_length(u.positions, 1) AS tf
+        FROM research_turn t, unnest(t.tsv) u
+        WHERE t.conv = %(c)s AND t.tsv @@ {tsq} AND u.lexeme IN (SELECT lexeme FROM idf))
+    SELECT h.idx, sum(i.idf * h.tf * (%(k1)s + 1)
+                      / (h.tf + %(k1)s * (1 - %(b)s + %(b)s * h.len / s.avgdl)))
+    FROM hits h JOIN idf i USING (lexeme), stats s GROUP BY h.idx
+"""
+
+
+# One round trip: the dense top n by cosine (exact scan, or HNSW on a large store) and the BM25
+# score of every row matching the OR-ed tsquery, with each row's session and position so the
+# neighbour boost can be applied in Python.
+PATH_SQL = """
+    WITH dense AS (
+        SELECT idx FROM research_turn
+        WHERE conv = %(c)s ORDER BY embedding <=> %(v)s LIMIT %(n)s),
+    kw AS ({bm25}),
+    cand AS (SELECT idx FROM dense UNION SELECT idx FROM kw)
+    -- the cosine of every candidate, keyword-only ones too (else R@10 drops 0.806 -> 0.773)
+    SELECT t.idx, 1 - (t.embedding <=> %(v)s), kw.sum
+    FROM cand JOIN research_turn t ON t.conv = %(c)s AND t.idx = cand.idx
+    LEFT JOIN kw ON kw.idx = cand.idx
+"""
+
+
+def fuse_candidates(
+    rows: Sequence[tuple[int, float | None, float | None]], cfg: Config, ix: ConvIndex
+) -> list[int]:
+    """Python side of the production path: minmax each leg over the candidates (missing = 0),
+    weighted sum, neighbour boost among the candidates, top 10 turn positions."""
+    idx = np.array([r[0] for r in rows])
+    d = np.array([r[1] if r[1] is not None else np.nan for r in rows], dtype=np.float32)
+    k = np.array([r[2] if r[2] is not None else 0.0 for r in rows], dtype=np.float32)
+    d = np.where(np.isnan(d), np.nanmin(d) if np.isfinite(d).any() else 0.0, d)
+    fused = cfg.dense_weight * minmax(d) + (1 - cfg.dense_weight) * minmax(k)
+    by_idx = dict(zip(idx.tolist(), fused.tolist(), strict=True))
+    sess = ix.session
+    boosted = {}
+    for i, s in by_idx.items():
+        nb = [
+            by_idx.get(j, 0.0) for j in (i - 1, i + 1) if 0 <= j < len(sess) and sess[j] == sess[i]
+        ]
+        boosted[i] = s + cfg.neighbour * max(nb, default=0.0)
+    return sorted(boosted, key=lambda i: -boosted[i])[:10]
 
 
 class Postgres:
@@ -602,7 +663,10 @@ class Postgres:
         import psycopg
 
         self.conn = psycopg.connect(
-            host=str(self.layout.socket_dir), user="postgres", dbname="agent_memory", autocommit=True
+            host=str(self.layout.socket_dir),
+            user="postgres",
+            dbname="agent_memory",
+            autocommit=True,
         )
         self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
@@ -617,7 +681,7 @@ class Postgres:
         c.execute("DROP TABLE IF EXISTS research_turn")
         c.execute(
             "CREATE TABLE research_turn (conv text, idx int, body text, tsv tsvector, "
-            "embedding vector(384), PRIMARY KEY (conv, idx))"
+            "embedding vector(384), len int, PRIMARY KEY (conv, idx))"
         )
         with c.cursor() as cur:
             for ix in bench.indexes.values():
@@ -625,7 +689,7 @@ class Postgres:
                 emb = bench.dense_matrix(ix, dense)
                 cur.executemany(
                     "INSERT INTO research_turn VALUES (%s, %s, %s, to_tsvector('english', %s), "
-                    "%s::vector)",
+                    "%s::vector, 0)",
                     [
                         (
                             ix.conv.sample_id,
@@ -638,17 +702,37 @@ class Postgres:
                     ],
                 )
         c.execute("CREATE INDEX ON research_turn USING gin (tsv)")
+        # BM25 needs document lengths and document frequencies: production keeps them in a
+        # per-scope table maintained on insert; here they are computed once.
+        c.execute(
+            "UPDATE research_turn SET len = (SELECT coalesce(sum(array_length(positions, 1)), 0) "
+            "FROM unnest(tsv))"
+        )
+        c.execute("DROP TABLE IF EXISTS research_df")
+        c.execute(
+            "CREATE TABLE research_df (conv text, lexeme text, df int, PRIMARY KEY (conv, lexeme))"
+        )
+        for conv_id in bench.indexes:
+            inner = f"SELECT tsv FROM research_turn WHERE conv = '{conv_id}'"
+            c.execute(
+                "INSERT INTO research_df SELECT %s, word, ndoc FROM ts_stat(%s)", (conv_id, inner)
+            )
         c.execute("ANALYZE research_turn")
+        c.execute("ANALYZE research_df")
 
     def keyword_scores(self, bench: Bench, tsq: str, rank: str) -> dict[str, dict[str, Array]]:
-        expr = PG_RANK[rank].format(tsq=PG_TSQUERY[tsq])
-        sql = f"SELECT idx, {expr} FROM research_turn WHERE conv = %(c)s"  # noqa: S608
+        if rank == "bm25":
+            sql = BM25_SQL.format(tsq=PG_TSQUERY[tsq])
+        else:
+            expr = PG_RANK[rank].format(tsq=PG_TSQUERY[tsq])
+            sql = f"SELECT idx, {expr} FROM research_turn WHERE conv = %(c)s"  # noqa: S608
         out: dict[str, dict[str, Array]] = {}
         for conv_id, ix in bench.indexes.items():
             per: dict[str, Array] = {}
             for q in ix.conv.questions:
                 v = np.zeros(len(ix.ids), dtype=np.float32)
-                for idx, s in self.conn.execute(sql, {"c": conv_id, "q": q.text}).fetchall():
+                params = {"c": conv_id, "q": q.text, "k1": 1.2, "b": 0.75}
+                for idx, s in self.conn.execute(sql, params).fetchall():
                     v[idx] = s
                 per[q.text] = v
             out[conv_id] = per
@@ -665,17 +749,28 @@ class Postgres:
         SELECT coalesce(d.idx, k.idx), d.s, k.s FROM dense d FULL JOIN kw k USING (idx)
     """
 
-    def time_hybrid(self, bench: Bench, n: int = 50) -> list[float]:
-        """Round trip of the candidate SQL (top n dense + top n FTS) for each question."""
-        sql = self.HYBRID_SQL.format(tsq=PG_TSQUERY["or"])
-        lat: list[float] = []
+    def time_query_path(self, bench: Bench, cfg: Config, n: int = 100) -> dict[str, list[float]]:
+        """The production query path, one question at a time: embed the question, one SQL
+        statement (dense top n + BM25 scores of the FTS matches), fusion + neighbour boost in
+        Python over the returned candidates."""
+        sql = PATH_SQL.format(bm25=BM25_SQL.format(tsq=PG_TSQUERY["or"]))
+        lat: dict[str, list[float]] = defaultdict(list)
+        self.path_metrics = Metrics()
         for conv_id, ix in bench.indexes.items():
             for q in ix.conv.questions:
                 t0 = time.perf_counter()
                 v = bench.emb.embed_one(q.text)
-                vec = "[" + ",".join(f"{x:.6f}" for x in v) + "]"
-                self.conn.execute(sql, {"c": conv_id, "q": q.text, "v": vec, "n": n}).fetchall()
-                lat.append((time.perf_counter() - t0) * 1000)
+                t1 = time.perf_counter()
+                params = {"c": conv_id, "q": q.text, "v": v, "n": n, "k1": 1.2, "b": 0.75}
+                rows = self.conn.execute(sql, params).fetchall()
+                t2 = time.perf_counter()
+                top = fuse_candidates(rows, cfg, ix)
+                t3 = time.perf_counter()
+                self.path_metrics.add(score_one(np.array(top), ix.ids, q.evidence))
+                lat["embed"].append((t1 - t0) * 1000)
+                lat["sql"].append((t2 - t1) * 1000)
+                lat["fusion"].append((t3 - t2) * 1000)
+                lat["total"].append((t3 - t0) * 1000)
         return lat
 
 
@@ -750,8 +845,13 @@ def sweep(bench: Bench) -> None:
     for w in (0.4, 0.5, 0.6, 0.7):
         for nb in (0.0, 0.2, 0.3, 0.5):
             for sb in (0.0, 0.05, 0.1, 0.2):
-                cfg = replace(best, name=f"w={w} nb={nb} spk={sb}", dense_weight=w,
-                              neighbour=nb, speaker_boost=sb)
+                cfg = replace(
+                    best,
+                    name=f"w={w} nb={nb} spk={sb}",
+                    dense_weight=w,
+                    neighbour=nb,
+                    speaker_boost=sb,
+                )
                 o, pc, lat = bench.evaluate(cfg)
                 print(row(cfg, o, pc, lat), flush=True)
 
@@ -762,21 +862,40 @@ def postgres_experiments(bench: Bench, root: Path) -> None:
     try:
         print("\nPostgreSQL 18 full-text as the keyword leg (english config)")
         print(HEADER)
-        for keyword in ("dated", best.keyword):
+        for keyword in (best.keyword,):
             pg.load(bench, keyword, best.dense[0][0])
-            for tsq in PG_TSQUERY:
-                for rank in PG_RANK:
-                    scores = pg.keyword_scores(bench, tsq, rank)
-                    for ix in bench.indexes.values():
-                        ix.pg_scores = scores[ix.conv.sample_id]
-                    for base in (BASE, best):
-                        cfg = replace(base, name=f"{base.name[:12]} kw={keyword} {tsq} {rank}",
-                                      keyword=keyword, keyword_scorer="pg")
-                        o, pc, lat = bench.evaluate(cfg)
-                        print(row(cfg, o, pc, lat), flush=True)
-        lat = pg.time_hybrid(bench)
-        print(f"\nhybrid candidate SQL incl. query embedding: p50 {statistics.median(lat):.1f} ms, "
-              f"p95 {pct(lat, 95):.1f} ms")
+            for tsq, rank in (
+                ("websearch_and", "ts_rank_cd"),
+                ("websearch_and", "ts_rank"),
+                ("or", "ts_rank_cd"),
+                ("or", "ts_rank"),
+                ("or", "ts_rank_n1"),
+                ("or", "bm25"),
+            ):
+                scores = pg.keyword_scores(bench, tsq, rank)
+                for ix in bench.indexes.values():
+                    ix.pg_scores = scores[ix.conv.sample_id]
+                for base in (best, replace(best, name="BEST+spk", speaker_boost=0.1)):
+                    cfg = replace(
+                        base,
+                        name=f"{base.name} pg {tsq} {rank}",
+                        keyword=keyword,
+                        keyword_scorer="pg",
+                    )
+                    o, pc, lat = bench.evaluate(cfg)
+                    print(row(cfg, o, pc, lat), flush=True)
+        from pgvector.psycopg import register_vector
+
+        register_vector(pg.conn)
+        path_lat = pg.time_query_path(bench, best)
+        print("\nproduction query path (embed + one SQL + Python fusion), ms:")
+        for part, values in path_lat.items():
+            print(f"  {part:7} p50 {statistics.median(values):5.1f}  p95 {pct(values, 95):5.1f}")
+        m = pg.path_metrics
+        print(
+            f"  recall of that path (candidates only): R@1 {m.mean('r1'):.3f} R@5 {m.mean('r5'):.3f} "
+            f"R@10 {m.mean('r10'):.3f} MRR {m.mean('mrr'):.3f} nDCG@10 {m.mean('ndcg10'):.3f}"
+        )
     finally:
         pg.stop()
 
