@@ -244,7 +244,7 @@ class Embeddings:
         return np.asarray(self.model.embed([text])[0], dtype=np.float32)
 
     def embed_many(self, texts: Sequence[str]) -> Array:
-        key = hashlib.sha1("\x1e".join(texts).encode()).hexdigest()[:16]
+        key = hashlib.sha256("\x1e".join(texts).encode()).hexdigest()[:16]
         path = self.cache / f"emb-{key}.npy"
         if path.is_file():
             return np.load(path)  # type: ignore[no-any-return]
@@ -268,7 +268,161 @@ class Embeddings:
 
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
-    ["i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "re", "ve", "ll", "d", "your", "yours", "yourself", "yourselves", "he", "him", "his", "himself", "she", "s", "her", "hers", "herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so", "than", "too", "very", "t", "can", "will", "just", "don", "should", "now", "m", "o", "y", "ain", "aren", "couldn", "didn", "doesn", "hadn", "hasn", "haven", "isn", "ma", "mightn", "mustn", "needn", "shan", "shouldn", "wasn", "weren", "won", "wouldn"]
+    [
+        "i",
+        "me",
+        "my",
+        "myself",
+        "we",
+        "our",
+        "ours",
+        "ourselves",
+        "you",
+        "re",
+        "ve",
+        "ll",
+        "d",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "he",
+        "him",
+        "his",
+        "himself",
+        "she",
+        "s",
+        "her",
+        "hers",
+        "herself",
+        "it",
+        "its",
+        "itself",
+        "they",
+        "them",
+        "their",
+        "theirs",
+        "themselves",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "this",
+        "that",
+        "these",
+        "those",
+        "am",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "have",
+        "has",
+        "had",
+        "having",
+        "do",
+        "does",
+        "did",
+        "doing",
+        "a",
+        "an",
+        "the",
+        "and",
+        "but",
+        "if",
+        "or",
+        "because",
+        "as",
+        "until",
+        "while",
+        "of",
+        "at",
+        "by",
+        "for",
+        "with",
+        "about",
+        "against",
+        "between",
+        "into",
+        "through",
+        "during",
+        "before",
+        "after",
+        "above",
+        "below",
+        "to",
+        "from",
+        "up",
+        "down",
+        "in",
+        "out",
+        "on",
+        "off",
+        "over",
+        "under",
+        "again",
+        "further",
+        "then",
+        "once",
+        "here",
+        "there",
+        "when",
+        "where",
+        "why",
+        "how",
+        "all",
+        "any",
+        "both",
+        "each",
+        "few",
+        "more",
+        "most",
+        "other",
+        "some",
+        "such",
+        "no",
+        "nor",
+        "not",
+        "only",
+        "own",
+        "same",
+        "so",
+        "than",
+        "too",
+        "very",
+        "t",
+        "can",
+        "will",
+        "just",
+        "don",
+        "should",
+        "now",
+        "m",
+        "o",
+        "y",
+        "ain",
+        "aren",
+        "couldn",
+        "didn",
+        "doesn",
+        "hadn",
+        "hasn",
+        "haven",
+        "isn",
+        "ma",
+        "mightn",
+        "mustn",
+        "needn",
+        "shan",
+        "shouldn",
+        "wasn",
+        "weren",
+        "won",
+        "wouldn",
+    ]
 )
 # Question words that carry no topic ("What did X do ...?", "likely", "would").
 QUERY_STOPWORDS = STOPWORDS | frozenset(
@@ -713,7 +867,8 @@ class Postgres:
             "CREATE TABLE research_df (conv text, lexeme text, df int, PRIMARY KEY (conv, lexeme))"
         )
         for conv_id in bench.indexes:
-            inner = f"SELECT tsv FROM research_turn WHERE conv = '{conv_id}'"
+            # ts_stat takes its query as text; conv ids come from the data file, not from input.
+            inner = f"SELECT tsv FROM research_turn WHERE conv = '{conv_id}'"  # noqa: S608
             c.execute(
                 "INSERT INTO research_df SELECT %s, word, ndoc FROM ts_stat(%s)", (conv_id, inner)
             )
@@ -783,7 +938,7 @@ def pct(values: Sequence[float], p: float) -> float:
     if not values:
         return float("nan")
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def row(cfg: Config, overall: Metrics, per_cat: dict[int, Metrics], lat: Sequence[float]) -> str:
@@ -893,7 +1048,8 @@ def postgres_experiments(bench: Bench, root: Path) -> None:
             print(f"  {part:7} p50 {statistics.median(values):5.1f}  p95 {pct(values, 95):5.1f}")
         m = pg.path_metrics
         print(
-            f"  recall of that path (candidates only): R@1 {m.mean('r1'):.3f} R@5 {m.mean('r5'):.3f} "
+            f"  recall of that path (candidates only): R@1 {m.mean('r1'):.3f} "
+            f"R@5 {m.mean('r5'):.3f} "
             f"R@10 {m.mean('r10'):.3f} MRR {m.mean('mrr'):.3f} nDCG@10 {m.mean('ndcg10'):.3f}"
         )
     finally:
