@@ -208,6 +208,8 @@ EMBEDDING_URL = env_str("EMBEDDING_URL", "")
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")
 EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384)
 EMBEDDING_TIMEOUT_SECONDS = env_float("EMBEDDING_TIMEOUT_SECONDS", 10.0)
+# Token counting for working-memory budgets: o200k_base or cl100k_base, shipped in quicktok-v1.
+TOKENIZER_ENCODING = env_str("TOKENIZER_ENCODING", "o200k_base")
 
 # --- Internationalisation, static files -------------------------------------------------------
 LANGUAGE_CODE = "en-us"

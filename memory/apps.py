@@ -10,5 +10,7 @@ class MemoryConfig(AppConfig):
     def ready(self) -> None:
         from ledger.projections import projection_register
         from memory.projections import EventEmbeddingIndex
+        from memory.working_memory import register_kinds
 
         projection_register(EventEmbeddingIndex())
+        register_kinds()
