@@ -239,6 +239,9 @@ LEDGER_MAX_PAYLOAD_BYTES = env_int("LEDGER_MAX_PAYLOAD_BYTES", 1024 * 1024)
 LEDGER_MAX_BATCH = env_int("LEDGER_MAX_BATCH", 1000)
 IDEMPOTENCY_RETENTION_HOURS = env_int("IDEMPOTENCY_RETENTION_HOURS", 24)
 
+# --- Memory -------------------------------------------------------------------------------------
+MEMORY_MAX_CONTENT_CHARS = env_int("MEMORY_MAX_CONTENT_CHARS", 100_000)
+
 # --- Reflection (optional LLM summariser; the default is local and deterministic) -----------
 REFLECTION_LLM_URL = env_str("REFLECTION_LLM_URL", "")
 REFLECTION_LLM_MODEL = env_str("REFLECTION_LLM_MODEL", "gpt-4o-mini")

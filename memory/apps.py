@@ -9,8 +9,9 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from ledger.projections import projection_register
-        from memory.projections import EventEmbeddingIndex
+        from memory.projections import EventEmbeddingIndex, MemoryProjection
         from memory.working_memory import register_kinds
 
         projection_register(EventEmbeddingIndex())
+        projection_register(MemoryProjection())
         register_kinds()

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from django.db import models
-from pgvector.django import VectorField
+from datetime import datetime
 
-from ledger.models import Event, Tenant
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
+
+from ledger.models import Agent, Event, Tenant
+from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 
 
 class EventEmbedding(models.Model):
@@ -32,3 +38,83 @@ class EventEmbedding(models.Model):
 
     def __str__(self) -> str:
         return f"embedding of event {self.event_id}"
+
+
+class MemoryRole(models.TextChoices):
+    USER = "user", "User"
+    ASSISTANT = "assistant", "Assistant"
+    SYSTEM = "system", "System"
+    TOOL_RESULT = "tool_result", "Tool result"
+
+
+class MemoryQuerySet(models.QuerySet["Memory"]):
+    def active(self, *, now: datetime | None = None) -> MemoryQuerySet:
+        """Memories that may be returned: not archived and not expired, whatever the jobs did."""
+        moment = now or timezone.now()
+        return self.filter(archived_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=moment)
+        )
+
+
+class Memory(models.Model):
+    """One episodic memory of one agent (SPEC 4).
+
+    A projection of ``memory.*`` events. The content travels in those events sealed with a key of
+    its own (``MemoryKey``), so deleting a memory for a data-subject request destroys the key and
+    leaves the immutable ledger holding only ciphertext nobody can open.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="memories")
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    role = models.CharField(max_length=16, choices=MemoryRole.choices, default=MemoryRole.USER)
+    content = models.TextField()
+    memory_type = models.CharField(max_length=32)
+    importance = models.FloatField()
+    embedding = VectorField(dimensions=LOCAL_DIMENSIONS, null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+    content_hash = models.CharField(max_length=64)
+    metadata = models.JSONField(default=dict, blank=True)
+    tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    occurred_at = models.DateTimeField(help_text="When it happened; the store time by default.")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_retrieved_at = models.DateTimeField(null=True, blank=True)
+    retrieval_count = models.PositiveIntegerField(default=0)
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    objects = MemoryQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "agent", "created_at"], name="memory_agent_created"),
+            models.Index(fields=["tenant", "agent", "content_hash"], name="memory_agent_hash"),
+            models.Index(
+                fields=["tenant", "agent", "session_id", "occurred_at"], name="memory_session"
+            ),
+            GinIndex(fields=["tags"], name="memory_tags"),
+            HnswIndex(
+                name="memory_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"memory {self.pk} of agent {self.agent_id}"
+
+
+class MemoryKey(models.Model):
+    """The key that opens a memory's content in the ledger. Deleted with the memory, on purpose:
+    without it the content sealed in ``memory.*`` events can no longer be read (crypto-shredding).
+    """
+
+    memory_id = models.BigIntegerField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"key of memory {self.memory_id}"

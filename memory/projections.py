@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event, Tenant
-from memory.models import EventEmbedding
-from memory.services import event_embeddings_build, event_embeddings_drop
+from memory.models import EventEmbedding, Memory, MemoryKey
+from memory.sealing import unseal
+from memory.services import (
+    MEMORY_EVENT_KINDS,
+    event_embeddings_build,
+    event_embeddings_drop,
+)
 
 
 class EventEmbeddingIndex:
@@ -36,3 +45,78 @@ class EventEmbeddingIndex:
         from memory.tasks import event_embeddings_build_task
 
         event_embeddings_build_task.delay(list(event_ids))
+
+
+class MemoryProjection:
+    """The memories table, replayed from ``memory.*`` events.
+
+    Content comes back by opening each event's sealed document with the memory's key; a memory
+    whose key was destroyed (a data-subject deletion) stays gone. Vectors are derived data and are
+    left for the embedding backfill to recompute.
+    """
+
+    name = "memories"
+    owned_kinds = MEMORY_EVENT_KINDS
+    indexes_all_kinds = False
+
+    def __init__(self) -> None:
+        self._replayed: dict[int, dict[str, Any]] = {}
+
+    def snapshot(self, *, tenant: Tenant) -> list[tuple[Any, ...]]:
+        return list(
+            Memory.objects.filter(tenant=tenant)
+            .order_by("id")
+            .values_list(
+                "id", "agent_id", "session_id", "role", "content", "memory_type", "importance"
+            )
+        )
+
+    def reset(self, *, tenant: Tenant) -> None:
+        self._replayed = {}
+
+    def apply(self, *, tenant: Tenant, events: Sequence[Event]) -> None:
+        ids = [int(e.payload["memory_id"]) for e in events if e.kind == "memory.stored"]
+        keys = dict(
+            MemoryKey.objects.filter(tenant=tenant, memory_id__in=ids).values_list(
+                "memory_id", "key"
+            )
+        )
+        for event in events:
+            memory_id = int(event.payload["memory_id"])
+            if event.kind == "memory.deleted":
+                self._replayed.pop(memory_id, None)
+            elif event.kind == "memory.stored" and memory_id in keys:
+                sealed = unseal(key=keys[memory_id], sealed=event.payload["sealed"])
+                self._replayed[memory_id] = {
+                    "agent_id": event.payload["agent_id"],
+                    "session_id": event.payload["session_id"],
+                    "role": event.payload["role"],
+                    "content": sealed["content"],
+                    "metadata": sealed["metadata"],
+                    "content_hash": sealed["content_hash"],
+                    "memory_type": event.payload["memory_type"],
+                    "importance": event.payload["importance"],
+                    "tags": event.payload["tags"],
+                    "occurred_at": parse_datetime(event.payload["occurred_at"]),
+                    "expires_at": parse_datetime(event.payload["expires_at"] or "")
+                    if event.payload["expires_at"]
+                    else None,
+                    "created_at": event.created_at,
+                    "updated_at": event.created_at,
+                }
+
+    def finish(self, *, tenant: Tenant) -> None:
+        fields = ("agent_id", "session_id", "role", "content", "memory_type", "importance")
+        with transaction.atomic():
+            existing = {m.pk: m for m in Memory.objects.filter(tenant=tenant)}
+            Memory.objects.filter(tenant=tenant).exclude(pk__in=self._replayed).delete()
+            for memory_id, values in self._replayed.items():
+                memory = existing.get(memory_id)
+                if memory is None:
+                    Memory.objects.create(id=memory_id, tenant=tenant, **values)
+                elif any(getattr(memory, name) != values[name] for name in fields):
+                    Memory.objects.filter(pk=memory_id).update(**values)
+        self._replayed = {}
+
+    def after_append(self, *, event_ids: Sequence[int]) -> None:
+        """Memories are written by their services, not after the fact."""

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
-from ledger.models import Event, Tenant
+from config.api import ApiError
+from ledger.models import Agent, Event, Tenant
+from ledger.services import EventDraft, event_append, events_append
+from memory import policies
 from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name
-from memory.models import EventEmbedding
+from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.models import EventEmbedding, Memory, MemoryKey
+from memory.sealing import key_new, seal
 
 logger = logging.getLogger(__name__)
 
@@ -61,4 +72,192 @@ def event_embeddings_drop(*, tenant: Tenant) -> None:
     EventEmbedding.objects.filter(tenant=tenant).delete()
 
 
-__all__ = ["EmbeddingUnavailable", "event_embeddings_build", "event_embeddings_drop"]
+# --- Episodic memories -------------------------------------------------------------------------
+
+MEMORY_EVENT_KINDS = frozenset({"memory.stored", "memory.deleted"})
+
+
+@dataclass(frozen=True)
+class MemoryDraft:
+    """A memory as a client asks to store it; unset fields take the store-time policies."""
+
+    content: str
+    role: str = "user"
+    session_id: str = ""
+    memory_type: str | None = None
+    importance: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    expires_at: datetime | None = None
+    occurred_at: datetime | None = None
+    embedding: list[float] | None = None
+
+
+def _memory_problem(draft: MemoryDraft, now: datetime) -> tuple[str, str] | None:
+    if not draft.content.strip():
+        return "empty_content", "Content is empty or only whitespace."
+    if len(draft.content) > settings.MEMORY_MAX_CONTENT_CHARS:
+        return (
+            "content_too_long",
+            f"Content has {len(draft.content)} characters; the limit is "
+            f"{settings.MEMORY_MAX_CONTENT_CHARS}.",
+        )
+    if draft.memory_type is not None and draft.memory_type not in policies.MEMORY_TYPES:
+        return (
+            "invalid_memory_type",
+            f"Unknown memory type {draft.memory_type!r}; use one of "
+            f"{', '.join(policies.MEMORY_TYPES)}.",
+        )
+    if draft.importance is not None and not 0.0 <= draft.importance <= 1.0:
+        return "invalid_importance", "Importance must be between 0 and 1."
+    if draft.expires_at is not None and draft.expires_at <= now:
+        return "expires_in_past", "expires_at must be in the future."
+    if draft.embedding is not None:
+        if len(draft.embedding) != LOCAL_DIMENSIONS:
+            return (
+                "invalid_embedding",
+                f"An embedding must have {LOCAL_DIMENSIONS} dimensions, "
+                f"not {len(draft.embedding)}.",
+            )
+        if not all(math.isfinite(value) for value in draft.embedding):
+            return "invalid_embedding", "An embedding must not contain NaN or infinity."
+    return None
+
+
+def memory_embedding_text(
+    *, content: str, role: str, metadata: dict[str, Any], when: datetime
+) -> str:
+    """What the embedder sees: "[date] speaker: content" (measured on LoCoMo: the date and the
+    speaker add as much recall as the model itself; docs/retrieval-research.md)."""
+    speaker = str(metadata.get("speaker") or role)
+    return f"[{when:%Y-%m-%d}] {speaker}: {content}"
+
+
+def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -> list[Memory]:
+    """Store memories for an agent: all of them or, if one is invalid, none (its index is named).
+
+    Each memory is embedded before the transaction (searchable when this returns); if the
+    embedder is down the memory is stored without a vector for the backfill job to fill.
+    """
+    now = timezone.now()
+    for index, draft in enumerate(drafts):
+        problem = _memory_problem(draft, now)
+        if problem is not None:
+            code, message = problem
+            prefix = f"Memory {index}: " if len(drafts) > 1 else ""
+            raise ApiError(code=code, message=prefix + message, details={"index": index})
+    rows = []
+    for draft in drafts:
+        memory_type = draft.memory_type or policies.memory_type_infer(
+            content=draft.content, role=draft.role, metadata=draft.metadata
+        )
+        importance = (
+            draft.importance
+            if draft.importance is not None
+            else policies.importance_estimate(
+                content=draft.content,
+                role=draft.role,
+                memory_type=memory_type,
+                metadata=draft.metadata,
+            )
+        )
+        occurred_at = draft.occurred_at or now
+        rows.append(
+            Memory(
+                tenant_id=agent.tenant_id,
+                agent=agent,
+                session_id=draft.session_id,
+                role=draft.role,
+                content=draft.content,
+                memory_type=memory_type,
+                importance=importance,
+                embedding=draft.embedding,
+                content_hash=policies.content_hash(draft.content),
+                metadata=draft.metadata,
+                tags=draft.tags,
+                occurred_at=occurred_at,
+                created_at=now,
+                updated_at=now,
+                expires_at=draft.expires_at
+                or policies.expires_at_default(memory_type=memory_type, created_at=now),
+            )
+        )
+    _embed_missing(rows)
+    with transaction.atomic():
+        stored = Memory.objects.bulk_create(rows)
+        keys = [MemoryKey(memory_id=m.pk, tenant_id=m.tenant_id, key=key_new()) for m in stored]
+        MemoryKey.objects.bulk_create(keys)
+        events_append(
+            tenant=agent.tenant,
+            drafts=[
+                EventDraft(
+                    kind="memory.stored",
+                    actor=actor,
+                    payload=_stored_payload(memory, key.key),
+                )
+                for memory, key in zip(stored, keys, strict=True)
+            ],
+        )
+    return stored
+
+
+def _embed_missing(rows: Sequence[Memory]) -> None:
+    missing = [memory for memory in rows if memory.embedding is None]
+    if not missing:
+        return
+    try:
+        vectors = embed_texts(
+            [
+                memory_embedding_text(
+                    content=m.content, role=m.role, metadata=m.metadata, when=m.occurred_at
+                )
+                for m in missing
+            ]
+        )
+        model = embedder_name()
+    except EmbeddingUnavailable as exc:
+        logger.warning("storing %d memories without vectors for now: %s", len(missing), exc)
+        return
+    for memory, vector in zip(missing, vectors, strict=True):
+        if len(vector) == LOCAL_DIMENSIONS:
+            memory.embedding = vector
+            memory.embedding_model = model
+
+
+def _stored_payload(memory: Memory, key: str) -> dict[str, Any]:
+    """The ledger's copy: searchable facts in the clear, the content and metadata sealed."""
+    return {
+        "memory_id": memory.pk,
+        "agent_id": memory.agent_id,
+        "session_id": memory.session_id,
+        "role": memory.role,
+        "memory_type": memory.memory_type,
+        "importance": memory.importance,
+        "tags": list(memory.tags),
+        "occurred_at": memory.occurred_at.isoformat(),
+        "expires_at": memory.expires_at.isoformat() if memory.expires_at else None,
+        "sealed": seal(
+            key=key,
+            document={
+                "content": memory.content,
+                "metadata": memory.metadata,
+                "content_hash": memory.content_hash,
+            },
+        ),
+    }
+
+
+def memory_delete(*, memory: Memory, actor: str, reason: str = "") -> None:
+    """Delete a memory for good: the row, and the key that opens its content in the ledger.
+
+    The ``memory.deleted`` event records that it happened, never what it said.
+    """
+    with transaction.atomic():
+        event_append(
+            tenant=memory.tenant,
+            kind="memory.deleted",
+            actor=actor,
+            payload={"memory_id": memory.pk, "agent_id": memory.agent_id, "reason": reason},
+        )
+        MemoryKey.objects.filter(memory_id=memory.pk).delete()
+        memory.delete()
