@@ -4,24 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, status
+from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ledger.models import Agent, Role
+from config.api import CursorPagination
+from ledger.api import IDEMPOTENCY_PARAMETER
+from ledger.auth import ApiPrincipal
+from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.serializers import EventSerializer
+from memory.models import Memory
 from memory.recall import recall_episodic, recall_salience
 from memory.reflection import reflection_create_if_due, reflection_state
 from memory.serializers import (
+    MemoryBatchSerializer,
+    MemoryHistorySerializer,
+    MemoryInputSerializer,
+    MemorySerializer,
+    MemoryStoreSerializer,
     RecallRequestSerializer,
     RecallResultSerializer,
     ReflectionRequestSerializer,
     ReflectionResultSerializer,
 )
+from memory.services import MEMORY_EVENT_KINDS, memories_store, memory_delete
+
+
+class NewestFirstCursorPagination(CursorPagination):
+    ordering = "-id"
 
 
 class AgentActionViewSet(TenantScopedViewSet):
@@ -37,14 +53,23 @@ class AgentActionViewSet(TenantScopedViewSet):
         return queryset
 
     def agent_named(self, name: str | None) -> Agent:
-        if name is None:
-            if self.principal.agent is None:
-                raise ValidationError({"agent": ["This field is required."]})
-            name = self.principal.agent.name
-        agent = self.get_queryset().filter(name=name).first()
-        if agent is None:
-            raise NotFound()
-        return agent  # type: ignore[no-any-return]
+        return agent_for_caller(self.principal, name)
+
+
+def agent_for_caller(principal: ApiPrincipal, name: str | None) -> Agent:
+    """The agent a request acts for: the named one of the caller's tenant, or an agent-scoped
+    key's own agent. Any other agent, including another tenant's, is "not found"."""
+    own = principal.agent
+    if name is None:
+        if own is None:
+            raise ValidationError({"agent": ["This field is required."]})
+        return own
+    if own is not None and own.name != name:
+        raise NotFound()
+    agent: Agent | None = Agent.objects.filter(tenant=principal.tenant, name=name).first()
+    if agent is None:
+        raise NotFound()
+    return agent
 
 
 class RecallViewSet(AgentActionViewSet):
@@ -96,3 +121,103 @@ class ReflectionViewSet(AgentActionViewSet):
             else None,
         }
         return Response(body, status=status.HTTP_201_CREATED if event else status.HTTP_200_OK)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List memories (newest first)",
+        parameters=[
+            OpenApiParameter("agent", str, description="Agent name"),
+            OpenApiParameter("session_id", str),
+            OpenApiParameter("memory_type", str),
+            OpenApiParameter("tag", str, description="Memories carrying this tag"),
+            OpenApiParameter("include_expired", bool, description="Also expired ones"),
+            OpenApiParameter("include_archived", bool, description="Also archived ones"),
+        ],
+    ),
+    retrieve=extend_schema(summary="Get a memory"),
+    create=extend_schema(
+        summary="Store a memory",
+        request=MemoryStoreSerializer,
+        responses={201: MemorySerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    batch=extend_schema(
+        summary="Store several memories of one agent (all or none)",
+        request=MemoryBatchSerializer,
+        responses={201: MemorySerializer(many=True)},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    destroy=extend_schema(summary="Delete a memory for good (its content is shredded)"),
+    history=extend_schema(
+        summary="The ledger events of a memory", responses=MemoryHistorySerializer(many=True)
+    ),
+)
+class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    """Episodic memories. An agent-scoped key sees and changes only its own agent's memories."""
+
+    queryset = Memory.objects.select_related("agent").order_by("-id")
+    serializer_class = MemorySerializer
+    pagination_class = NewestFirstCursorPagination
+    write_role = Role.AGENT
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.principal.agent is not None:
+            queryset = queryset.filter(agent=self.principal.agent)
+        params = self.request.query_params
+        if "agent" in params:
+            queryset = queryset.filter(agent__name=params["agent"])
+        for field in ("session_id", "memory_type"):
+            if field in params:
+                queryset = queryset.filter(**{field: params[field]})
+        if "tag" in params:
+            queryset = queryset.filter(tags__contains=[params["tag"]])
+        if self.action in ("destroy", "history"):
+            return queryset  # an expired or archived memory can still be deleted or audited
+        now = timezone.now()
+        if params.get("include_archived") != "true":
+            queryset = queryset.filter(archived_at__isnull=True)
+        if params.get("include_expired") != "true":
+            queryset = queryset.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        return queryset
+
+    def create(self, request: Request) -> Response:
+        serializer = MemoryStoreSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        agent = agent_for_caller(self.principal, serializer.validated_data.get("agent"))
+        stored = memories_store(
+            agent=agent,
+            drafts=[serializer.to_draft(dict(serializer.validated_data))],
+            actor=self.principal.actor,
+        )
+        return Response(self.get_serializer(stored[0]).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=False, methods=["post"])
+    def batch(self, request: Request) -> Response:
+        serializer = MemoryBatchSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        agent = agent_for_caller(self.principal, serializer.validated_data.get("agent"))
+        item = MemoryInputSerializer()
+        stored = memories_store(
+            agent=agent,
+            drafts=[item.to_draft(data) for data in serializer.validated_data["memories"]],
+            actor=self.principal.actor,
+        )
+        return Response(
+            {"memories": self.get_serializer(stored, many=True).data},
+            status=status.HTTP_201_CREATED,
+        )
+
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        memory_delete(memory=self.get_object(), actor=self.principal.actor)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @action(detail=True, methods=["get"])
+    def history(self, request: Request, pk: str | None = None) -> Response:
+        memory = self.get_object()
+        events = Event.objects.filter(
+            tenant=self.tenant,
+            kind__in=MEMORY_EVENT_KINDS,
+            payload__memory_id=memory.pk,
+        ).order_by("seq")
+        return Response(MemoryHistorySerializer(events, many=True).data)

@@ -17,6 +17,8 @@ from rest_framework.test import APIClient
 from ledger.models import Agent, ApiKey, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.services import api_key_revoke
+from memory.models import Memory
+from memory.services import MemoryDraft, memories_store
 from tests.ledger.test_chain import append_n
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +62,17 @@ ENDPOINTS = [
     Endpoint("get", "/api/v1/events/verify/", Role.REVIEWER),
     Endpoint("get", "/api/v1/recall-settings/", Role.AGENT),
     Endpoint("patch", "/api/v1/recall-settings/", Role.ADMIN, {"top_k": 3}),
+    Endpoint("get", "/api/v1/memories/", Role.AGENT),
+    Endpoint("post", "/api/v1/memories/", Role.AGENT, {"agent": "Creator1", "content": "hi"}),
+    Endpoint(
+        "post",
+        "/api/v1/memories/batch/",
+        Role.AGENT,
+        {"agent": "Creator1", "memories": [{"content": "a"}]},
+    ),
+    Endpoint("get", "/api/v1/memories/{id}/", Role.AGENT, target="memory"),
+    Endpoint("delete", "/api/v1/memories/{id}/", Role.AGENT, target="memory"),
+    Endpoint("get", "/api/v1/memories/{id}/history/", Role.AGENT, target="memory"),
     Endpoint("post", "/api/v1/recall/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
     Endpoint("post", "/api/v1/reflections/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
 ]
@@ -81,7 +94,8 @@ def call(client: APIClient, endpoint: Endpoint, ids: dict[str, int]):
 def state_snapshot() -> tuple:
     return (
         list(Agent.objects.order_by("id").values_list("id", "name", "model")),
-        list(ApiKey.objects.order_by("id").values_list("id", "revoked_at")),
+        list(ApiKey.objects.order_by("id").values_list("id", "revoked_at"))
+        + list(Memory.objects.order_by("id").values_list("id", "content")),
         Event.objects.count(),
     )
 
@@ -93,7 +107,13 @@ def victim(tenant, make_agent, make_key) -> dict[str, int]:
     api_key, _ = make_key(tenant, role=Role.AGENT)
     # Event seqs are numbered per tenant, so the target must lie beyond the intruder's own chain.
     events = append_n(tenant, 30)
-    return {"agent": agent.pk, "api_key": api_key.pk, "event": events[-1].seq}
+    memory = memories_store(agent=agent, drafts=[MemoryDraft(content="private note")], actor="x")[0]
+    return {
+        "agent": agent.pk,
+        "api_key": api_key.pk,
+        "event": events[-1].seq,
+        "memory": memory.pk,
+    }
 
 
 def test_every_operation_in_the_schema_is_in_the_matrix():
@@ -215,3 +235,29 @@ def test_an_agent_key_cannot_act_for_another_agent(endpoint, tenant, victim, mak
     response = call(client, endpoint, victim)
 
     assert response.status_code == 404
+
+
+MEMORY_DETAIL = [e for e in DETAIL_ENDPOINTS if e.target == "memory"]
+
+
+@pytest.mark.parametrize("endpoint", MEMORY_DETAIL, ids=str)
+def test_an_agent_key_never_reaches_another_agents_memory(
+    endpoint, tenant, victim, make_agent, api_as
+):
+    other_agent = make_agent(tenant, name="Reviewer1")
+    client = api_as(tenant, role=Role.AGENT, agent=other_agent)
+
+    response = call(client, endpoint, victim)
+
+    assert response.status_code == 404
+    assert Memory.objects.filter(pk=victim["memory"]).exists()
+
+
+def test_an_agent_key_lists_only_its_own_memories(tenant, victim, make_agent, api_as):
+    other_agent = make_agent(tenant, name="Reviewer1")
+    memories_store(agent=other_agent, drafts=[MemoryDraft(content="mine")], actor="x")
+    client = api_as(tenant, role=Role.AGENT, agent=other_agent)
+
+    listed = client.get("/api/v1/memories/").json()["results"]
+
+    assert [m["content"] for m in listed] == ["mine"]

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from ledger.models import Role
+from memory.models import Memory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def creator(tenant, make_agent):
+    return make_agent(tenant, name="Creator1")
+
+
+@pytest.fixture
+def client(tenant, creator, api_as, no_embedder):
+    return api_as(tenant, role=Role.AGENT, agent=creator)
+
+
+def test_an_agent_stores_and_reads_back_a_memory(client):
+    created = client.post(
+        "/api/v1/memories/",
+        {"content": "We approved the $4,000 budget.", "session_id": "s1", "tags": ["budget"]},
+        format="json",
+    )
+
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert body["agent"] == "Creator1"
+    assert body["memory_type"] == "approval"
+    assert body["importance"] >= 0.8
+    fetched = client.get(f"/api/v1/memories/{body['id']}/").json()
+    assert fetched["content"] == "We approved the $4,000 budget."
+
+
+def test_a_batch_is_stored_at_once_and_listed_newest_first(client):
+    response = client.post(
+        "/api/v1/memories/batch/",
+        {"memories": [{"content": "first"}, {"content": "second"}]},
+        format="json",
+    )
+    listed = client.get("/api/v1/memories/").json()["results"]
+
+    assert response.status_code == 201
+    assert [m["content"] for m in listed] == ["second", "first"]
+
+
+def test_listing_filters_and_hides_expired_memories(client, creator):
+    client.post("/api/v1/memories/", {"content": "a", "tags": ["x"]}, format="json")
+    client.post("/api/v1/memories/", {"content": "b", "session_id": "s2"}, format="json")
+    expired = client.post("/api/v1/memories/", {"content": "c"}, format="json").json()
+    Memory.objects.filter(pk=expired["id"]).update(expires_at=timezone.now() - timedelta(hours=1))
+
+    tagged = client.get("/api/v1/memories/?tag=x").json()["results"]
+    session = client.get("/api/v1/memories/?session_id=s2").json()["results"]
+    everything = client.get("/api/v1/memories/?include_expired=true").json()["results"]
+    gone = client.get(f"/api/v1/memories/{expired['id']}/")
+
+    assert [m["content"] for m in tagged] == ["a"]
+    assert [m["content"] for m in session] == ["b"]
+    assert len(everything) == 3
+    assert gone.status_code == 404
+
+
+def test_deleting_leaves_a_history_without_content(client):
+    memory = client.post("/api/v1/memories/", {"content": "delete me"}, format="json").json()
+
+    history_before = client.get(f"/api/v1/memories/{memory['id']}/history/").json()
+    deleted = client.delete(f"/api/v1/memories/{memory['id']}/")
+
+    assert [h["kind"] for h in history_before] == ["memory.stored"]
+    assert deleted.status_code == 204
+    assert client.get(f"/api/v1/memories/{memory['id']}/").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"content": "  "}, "empty_content"),
+        ({"content": "x", "memory_type": "gossip"}, "invalid_memory_type"),
+        ({"content": "x", "importance": -0.1}, "invalid_importance"),
+        ({"content": "x", "expires_at": "2001-01-01T00:00:00Z"}, "expires_in_past"),
+        ({"content": "x", "embedding": [1.0, 2.0]}, "invalid_embedding"),
+        ({"content": "x", "role": "robot"}, "validation_error"),
+    ],
+)
+def test_bad_memories_are_refused_with_a_code(client, body, code):
+    response = client.post("/api/v1/memories/", body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
+    assert not Memory.objects.exists()
+
+
+def test_a_retried_store_with_the_same_key_stores_once(client):
+    first = client.post(
+        "/api/v1/memories/", {"content": "once"}, format="json", HTTP_IDEMPOTENCY_KEY="m-1"
+    )
+    retry = client.post(
+        "/api/v1/memories/", {"content": "once"}, format="json", HTTP_IDEMPOTENCY_KEY="m-1"
+    )
+
+    assert first.json() == retry.json()
+    assert Memory.objects.count() == 1
+
+
+def test_a_tenant_key_must_name_the_agent(tenant, api_as, creator):
+    response = api_as(tenant).post("/api/v1/memories/", {"content": "x"}, format="json")
+
+    assert response.status_code == 400
+    assert "agent" in response.json()["error"]["details"]
