@@ -28,12 +28,13 @@ from memory.serializers import (
     MemoryInputSerializer,
     MemorySerializer,
     MemoryStoreSerializer,
+    MemoryUpdateSerializer,
     RecallRequestSerializer,
     RecallResultSerializer,
     ReflectionRequestSerializer,
     ReflectionResultSerializer,
 )
-from memory.services import MEMORY_EVENT_KINDS, memories_store, memory_delete
+from memory.services import MEMORY_EVENT_KINDS, memories_store, memory_delete, memory_update
 
 
 class NewestFirstCursorPagination(CursorPagination):
@@ -148,6 +149,11 @@ class ReflectionViewSet(AgentActionViewSet):
         responses={201: MemorySerializer(many=True)},
         parameters=[IDEMPOTENCY_PARAMETER],
     ),
+    partial_update=extend_schema(
+        summary="Change a memory's content, type, importance, tags, metadata or expiry",
+        request=MemoryUpdateSerializer,
+        responses=MemorySerializer,
+    ),
     destroy=extend_schema(summary="Delete a memory for good (its content is shredded)"),
     history=extend_schema(
         summary="The ledger events of a memory", responses=MemoryHistorySerializer(many=True)
@@ -207,6 +213,16 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
             {"memories": self.get_serializer(stored, many=True).data},
             status=status.HTTP_201_CREATED,
         )
+
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        serializer = MemoryUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        memory = memory_update(
+            memory=self.get_object(),
+            actor=self.principal.actor,
+            changes=dict(serializer.validated_data),
+        )
+        return Response(self.get_serializer(memory).data)
 
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         memory_delete(memory=self.get_object(), actor=self.principal.actor)

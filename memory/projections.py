@@ -75,7 +75,7 @@ class MemoryProjection:
         self._replayed = {}
 
     def apply(self, *, tenant: Tenant, events: Sequence[Event]) -> None:
-        ids = [int(e.payload["memory_id"]) for e in events if e.kind == "memory.stored"]
+        ids = [int(e.payload["memory_id"]) for e in events if e.kind != "memory.deleted"]
         keys = dict(
             MemoryKey.objects.filter(tenant=tenant, memory_id__in=ids).values_list(
                 "memory_id", "key"
@@ -85,6 +85,8 @@ class MemoryProjection:
             memory_id = int(event.payload["memory_id"])
             if event.kind == "memory.deleted":
                 self._replayed.pop(memory_id, None)
+            elif event.kind == "memory.updated" and memory_id in self._replayed:
+                self._apply_update(self._replayed[memory_id], event, keys.get(memory_id))
             elif event.kind == "memory.stored" and memory_id in keys:
                 sealed = unseal(key=keys[memory_id], sealed=event.payload["sealed"])
                 self._replayed[memory_id] = {
@@ -104,6 +106,23 @@ class MemoryProjection:
                     "created_at": event.created_at,
                     "updated_at": event.created_at,
                 }
+
+    @staticmethod
+    def _apply_update(values: dict[str, Any], event: Event, key: str | None) -> None:
+        changes = dict(event.payload["changes"])
+        sealed = changes.pop("sealed", None)
+        if sealed is not None and key is not None:
+            opened = unseal(key=key, sealed=sealed)
+            values.update(
+                content=opened["content"],
+                metadata=opened["metadata"],
+                content_hash=opened["content_hash"],
+            )
+        if "expires_at" in changes:
+            raw = changes.pop("expires_at")
+            values["expires_at"] = parse_datetime(raw) if raw else None
+        values.update(changes)
+        values["updated_at"] = event.created_at
 
     def finish(self, *, tenant: Tenant) -> None:
         fields = ("agent_id", "session_id", "role", "content", "memory_type", "importance")

@@ -138,3 +138,14 @@ class MemoryHistorySerializer(serializers.Serializer[Any]):
     kind = serializers.CharField()
     actor = serializers.CharField()
     created_at = serializers.DateTimeField()
+
+
+class MemoryUpdateSerializer(serializers.Serializer[Any]):
+    content = serializers.CharField(trim_whitespace=False, allow_blank=True, required=False)
+    memory_type = serializers.CharField(max_length=32, required=False)
+    importance = serializers.FloatField(required=False)
+    metadata = serializers.DictField(required=False)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, max_length=50
+    )
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)

@@ -74,7 +74,7 @@ def event_embeddings_drop(*, tenant: Tenant) -> None:
 
 # --- Episodic memories -------------------------------------------------------------------------
 
-MEMORY_EVENT_KINDS = frozenset({"memory.stored", "memory.deleted"})
+MEMORY_EVENT_KINDS = frozenset({"memory.stored", "memory.updated", "memory.deleted"})
 
 
 @dataclass(frozen=True)
@@ -261,3 +261,59 @@ def memory_delete(*, memory: Memory, actor: str, reason: str = "") -> None:
         )
         MemoryKey.objects.filter(memory_id=memory.pk).delete()
         memory.delete()
+
+
+MEMORY_EDITABLE_FIELDS = frozenset(
+    {"content", "memory_type", "importance", "tags", "metadata", "expires_at"}
+)
+
+
+def memory_update(*, memory: Memory, actor: str, changes: dict[str, Any]) -> Memory:
+    """Change a memory; the ``memory.updated`` event carries the new values (content sealed)."""
+    unknown = set(changes) - MEMORY_EDITABLE_FIELDS
+    if unknown:
+        raise ApiError(
+            code="field_not_editable", message=f"Cannot change: {', '.join(sorted(unknown))}."
+        )
+    merged = MemoryDraft(
+        content=changes.get("content", memory.content),
+        role=memory.role,
+        memory_type=changes.get("memory_type", memory.memory_type),
+        importance=changes.get("importance", memory.importance),
+        expires_at=changes.get("expires_at"),
+    )
+    problem = _memory_problem(merged, timezone.now())
+    if problem is not None:
+        code, message = problem
+        raise ApiError(code=code, message=message)
+    for name, value in changes.items():
+        setattr(memory, name, value)
+    if "content" in changes:
+        memory.content_hash = policies.content_hash(memory.content)
+        memory.embedding = None
+        _embed_missing([memory])
+    memory.updated_at = timezone.now()
+    key = MemoryKey.objects.get(memory_id=memory.pk).key
+    clear = {
+        name: (value.isoformat() if isinstance(value, datetime) else value)
+        for name, value in changes.items()
+        if name not in ("content", "metadata")
+    }
+    if "content" in changes or "metadata" in changes:
+        clear["sealed"] = seal(
+            key=key,
+            document={
+                "content": memory.content,
+                "metadata": memory.metadata,
+                "content_hash": memory.content_hash,
+            },
+        )
+    with transaction.atomic():
+        memory.save()
+        event_append(
+            tenant=memory.tenant,
+            kind="memory.updated",
+            actor=actor,
+            payload={"memory_id": memory.pk, "agent_id": memory.agent_id, "changes": clear},
+        )
+    return memory

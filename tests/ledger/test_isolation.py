@@ -71,6 +71,7 @@ ENDPOINTS = [
         {"agent": "Creator1", "memories": [{"content": "a"}]},
     ),
     Endpoint("get", "/api/v1/memories/{id}/", Role.AGENT, target="memory"),
+    Endpoint("patch", "/api/v1/memories/{id}/", Role.AGENT, {"importance": 0.9}, target="memory"),
     Endpoint("delete", "/api/v1/memories/{id}/", Role.AGENT, target="memory"),
     Endpoint("get", "/api/v1/memories/{id}/history/", Role.AGENT, target="memory"),
     Endpoint("post", "/api/v1/recall/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
@@ -95,7 +96,7 @@ def state_snapshot() -> tuple:
     return (
         list(Agent.objects.order_by("id").values_list("id", "name", "model")),
         list(ApiKey.objects.order_by("id").values_list("id", "revoked_at"))
-        + list(Memory.objects.order_by("id").values_list("id", "content")),
+        + list(Memory.objects.order_by("id").values_list("id", "content", "importance")),
         Event.objects.count(),
     )
 

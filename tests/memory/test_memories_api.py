@@ -113,3 +113,30 @@ def test_a_tenant_key_must_name_the_agent(tenant, api_as, creator):
 
     assert response.status_code == 400
     assert "agent" in response.json()["error"]["details"]
+
+
+def test_updating_a_memory_is_logged_sealed_and_survives_a_rebuild(tenant, client):
+    from ledger.models import Event
+    from ledger.projections import projection_rebuild, registered_projections
+
+    memory = client.post("/api/v1/memories/", {"content": "draft plan"}, format="json").json()
+
+    updated = client.patch(
+        f"/api/v1/memories/{memory['id']}/",
+        {"content": "final plan: launch Monday", "importance": 0.9, "tags": ["launch"]},
+        format="json",
+    )
+    invalid = client.patch(f"/api/v1/memories/{memory['id']}/", {"importance": 3}, format="json")
+    history = client.get(f"/api/v1/memories/{memory['id']}/history/").json()
+
+    assert updated.status_code == 200
+    assert updated.json()["content"] == "final plan: launch Monday"
+    assert invalid.status_code == 400
+    assert invalid.json()["error"]["code"] == "invalid_importance"
+    assert [h["kind"] for h in history] == ["memory.stored", "memory.updated"]
+    event = Event.objects.get(tenant=tenant, kind="memory.updated")
+    assert "launch Monday" not in str(event.payload)
+    assert event.payload["changes"]["importance"] == 0.9
+    projection = next(p for p in registered_projections() if p.name == "memories")
+    assert projection_rebuild(projection=projection, tenant=tenant) is True
+    assert Memory.objects.get(pk=memory["id"]).content == "final plan: launch Monday"
