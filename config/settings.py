@@ -241,6 +241,8 @@ IDEMPOTENCY_RETENTION_HOURS = env_int("IDEMPOTENCY_RETENTION_HOURS", 24)
 
 # --- Memory -------------------------------------------------------------------------------------
 MEMORY_MAX_CONTENT_CHARS = env_int("MEMORY_MAX_CONTENT_CHARS", 100_000)
+# Active memories one agent may keep; above it the least important are archived first.
+MEMORY_QUOTA_PER_AGENT = env_int("MEMORY_QUOTA_PER_AGENT", 10_000)
 
 # --- Reflection (optional LLM summariser; the default is local and deterministic) -----------
 REFLECTION_LLM_URL = env_str("REFLECTION_LLM_URL", "")

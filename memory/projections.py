@@ -67,7 +67,14 @@ class MemoryProjection:
             Memory.objects.filter(tenant=tenant)
             .order_by("id")
             .values_list(
-                "id", "agent_id", "session_id", "role", "content", "memory_type", "importance"
+                "id",
+                "agent_id",
+                "session_id",
+                "role",
+                "content",
+                "memory_type",
+                "importance",
+                "archived_at",
             )
         )
 
@@ -75,13 +82,16 @@ class MemoryProjection:
         self._replayed = {}
 
     def apply(self, *, tenant: Tenant, events: Sequence[Event]) -> None:
-        ids = [int(e.payload["memory_id"]) for e in events if e.kind != "memory.deleted"]
+        ids = [int(e.payload["memory_id"]) for e in events if "memory_id" in e.payload]
         keys = dict(
             MemoryKey.objects.filter(tenant=tenant, memory_id__in=ids).values_list(
                 "memory_id", "key"
             )
         )
         for event in events:
+            if event.kind in ("memory.archived", "memory.expired"):
+                self._apply_batch(event)
+                continue
             memory_id = int(event.payload["memory_id"])
             if event.kind == "memory.deleted":
                 self._replayed.pop(memory_id, None)
@@ -105,7 +115,18 @@ class MemoryProjection:
                     else None,
                     "created_at": event.created_at,
                     "updated_at": event.created_at,
+                    "archived_at": None,
                 }
+
+    def _apply_batch(self, event: Event) -> None:
+        """Decay, quota and TTL act on many memories at once and log them in one event."""
+        for memory_id in event.payload["memory_ids"]:
+            if event.kind == "memory.expired":
+                self._replayed.pop(int(memory_id), None)
+            elif int(memory_id) in self._replayed:
+                self._replayed[int(memory_id)]["archived_at"] = parse_datetime(
+                    event.payload["archived_at"]
+                )
 
     @staticmethod
     def _apply_update(values: dict[str, Any], event: Event, key: str | None) -> None:
@@ -125,7 +146,15 @@ class MemoryProjection:
         values["updated_at"] = event.created_at
 
     def finish(self, *, tenant: Tenant) -> None:
-        fields = ("agent_id", "session_id", "role", "content", "memory_type", "importance")
+        fields = (
+            "agent_id",
+            "session_id",
+            "role",
+            "content",
+            "memory_type",
+            "importance",
+            "archived_at",
+        )
         with transaction.atomic():
             existing = {m.pk: m for m in Memory.objects.filter(tenant=tenant)}
             Memory.objects.filter(tenant=tenant).exclude(pk__in=self._replayed).delete()

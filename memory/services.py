@@ -74,7 +74,9 @@ def event_embeddings_drop(*, tenant: Tenant) -> None:
 
 # --- Episodic memories -------------------------------------------------------------------------
 
-MEMORY_EVENT_KINDS = frozenset({"memory.stored", "memory.updated", "memory.deleted"})
+MEMORY_EVENT_KINDS = frozenset(
+    {"memory.stored", "memory.updated", "memory.deleted", "memory.archived", "memory.expired"}
+)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,145 @@
+"""Memory lifecycle services: importance decay, TTL expiry and the per-agent quota (SPEC 4).
+
+Each is set-based SQL over a bounded batch, safe to run twice or concurrently (rows are claimed
+with ``FOR UPDATE SKIP LOCKED`` and the conditions are re-checked by the UPDATE/DELETE itself),
+and records what it did as one ledger event per tenant per batch, in the same transaction.
+Call them in a loop until they return 0; the background-jobs issue schedules that.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ledger.models import Tenant
+from ledger.services import event_append
+from memory.models import MemoryKey
+
+DECAY_BASE = 0.95  # effective importance loses 5 % a week without retrieval
+ARCHIVE_BELOW = 0.1
+SECONDS_PER_WEEK = 7 * 24 * 3600
+
+# Effective importance = importance * 0.95^(weeks since last retrieval, or since creation).
+EFFECTIVE_IMPORTANCE_SQL = (
+    "importance * power(%(decay_base)s::float8, "
+    "extract(epoch FROM (%(now)s::timestamptz - coalesce(last_retrieved_at, created_at)))"
+    " / %(week)s::float8)"
+)
+
+
+def _log_per_tenant(
+    rows: list[tuple[int, int]], *, kind: str, payload_extra: dict[str, object]
+) -> None:
+    by_tenant: dict[int, list[int]] = defaultdict(list)
+    for memory_id, tenant_id in rows:
+        by_tenant[tenant_id].append(memory_id)
+    for tenant in Tenant.objects.filter(pk__in=by_tenant):
+        event_append(
+            tenant=tenant,
+            kind=kind,
+            actor="system",
+            payload={"memory_ids": sorted(by_tenant[tenant.pk]), **payload_extra},
+        )
+
+
+def memories_decay(*, now: datetime | None = None, batch_size: int = 5000) -> int:
+    """Archive active memories whose effective importance fell below 0.1. Returns rows archived."""
+    moment = now or timezone.now()
+    params: dict[str, Any] = {"now": moment, "decay_base": DECAY_BASE, "week": SECONDS_PER_WEEK}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE memory_memory SET archived_at = %(now)s
+            WHERE id IN (
+                SELECT id FROM memory_memory
+                WHERE archived_at IS NULL AND {EFFECTIVE_IMPORTANCE_SQL} < %(threshold)s
+                ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+            ) AND archived_at IS NULL
+            RETURNING id, tenant_id
+            """,  # noqa: S608 (a constant expression; every value is a parameter)
+            {**params, "threshold": ARCHIVE_BELOW, "batch": batch_size},
+        )
+        rows = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+        _log_per_tenant(
+            rows,
+            kind="memory.archived",
+            payload_extra={"reason": "decay", "archived_at": moment.isoformat()},
+        )
+    return len(rows)
+
+
+def memories_expire(*, now: datetime | None = None, batch_size: int = 5000) -> int:
+    """Delete memories past their ``expires_at`` (and their content keys). Returns rows deleted.
+
+    Search already hides them from the moment they expire; this reclaims the space and shreds the
+    content sealed in the ledger.
+    """
+    moment = now or timezone.now()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            DELETE FROM memory_memory
+            WHERE id IN (
+                SELECT id FROM memory_memory WHERE expires_at <= %(now)s
+                ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+            ) AND expires_at <= %(now)s
+            RETURNING id, tenant_id
+            """,
+            {"now": moment, "batch": batch_size},
+        )
+        rows = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+        MemoryKey.objects.filter(memory_id__in=[memory_id for memory_id, _ in rows]).delete()
+        _log_per_tenant(rows, kind="memory.expired", payload_extra={"reason": "ttl"})
+    return len(rows)
+
+
+def memories_enforce_quota(
+    *, now: datetime | None = None, limit: int | None = None, batch_size: int = 5000
+) -> int:
+    """Archive the lowest effective-importance memories of agents over their quota."""
+    moment = now or timezone.now()
+    quota = limit if limit is not None else settings.MEMORY_QUOTA_PER_AGENT
+    params: dict[str, Any] = {
+        "now": moment,
+        "decay_base": DECAY_BASE,
+        "week": SECONDS_PER_WEEK,
+        "quota": quota,
+        "batch": batch_size,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH over AS (
+                SELECT agent_id, count(*) - %(quota)s AS excess FROM memory_memory
+                WHERE archived_at IS NULL
+                  AND (expires_at IS NULL OR expires_at > %(now)s)
+                GROUP BY agent_id HAVING count(*) > %(quota)s
+            ),
+            ranked AS (
+                SELECT m.id, row_number() OVER (
+                    PARTITION BY m.agent_id ORDER BY {EFFECTIVE_IMPORTANCE_SQL}, m.id
+                ) AS position, over.excess
+                FROM memory_memory AS m JOIN over USING (agent_id)
+                WHERE m.archived_at IS NULL
+                  AND (m.expires_at IS NULL OR m.expires_at > %(now)s)
+            )
+            UPDATE memory_memory SET archived_at = %(now)s
+            WHERE id IN (
+                SELECT id FROM ranked WHERE position <= excess ORDER BY id LIMIT %(batch)s
+            ) AND archived_at IS NULL
+            RETURNING id, tenant_id
+            """,  # noqa: S608 (a constant expression; every value is a parameter)
+            params,
+        )
+        rows = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+        _log_per_tenant(
+            rows,
+            kind="memory.archived",
+            payload_extra={"reason": "quota", "archived_at": moment.isoformat()},
+        )
+    return len(rows)
