@@ -75,6 +75,7 @@ def test_expiry_deletes_content_and_key_exactly_at_the_deadline(tenant, agent):
         agent=agent, drafts=[MemoryDraft(content="hello", memory_type="conversation")], actor="x"
     )[0]
     deadline = Memory.objects.get(pk=memory.pk).expires_at
+    assert deadline is not None
 
     before = memories_expire(now=deadline - timedelta(microseconds=1))
     at = memories_expire(now=deadline)
