@@ -319,3 +319,27 @@ def memory_update(*, memory: Memory, actor: str, changes: dict[str, Any]) -> Mem
             payload={"memory_id": memory.pk, "agent_id": memory.agent_id, "changes": clear},
         )
     return memory
+
+
+def memory_embeddings_backfill(*, batch_size: int = 256) -> int:
+    """Embed active memories stored while the embedder was unavailable. Returns rows filled.
+
+    Bounded per call and idempotent: the UPDATE only fills rows that are still empty, so two
+    workers racing on the same rows write each vector once.
+    """
+    pending = list(
+        Memory.objects.active()
+        .filter(embedding__isnull=True)
+        .order_by("id")
+        .only("id", "content", "role", "metadata", "occurred_at")[:batch_size]
+    )
+    if not pending:
+        return 0
+    _embed_missing(pending)
+    filled = 0
+    for memory in pending:
+        if memory.embedding is not None:
+            filled += Memory.objects.filter(pk=memory.pk, embedding__isnull=True).update(
+                embedding=memory.embedding, embedding_model=memory.embedding_model
+            )
+    return filled

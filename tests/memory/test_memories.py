@@ -154,3 +154,27 @@ def test_the_memories_table_rebuilds_from_the_ledger(tenant, agent, no_embedder)
         (third.pk, "fact number 2"),
     ]
     assert projection_rebuild(projection=memories_projection(), tenant=tenant) is True
+
+
+def test_memories_stored_during_an_outage_are_embedded_later(agent, settings):
+    from memory.embeddings import embedder_reset
+    from memory.services import memory_embeddings_backfill
+
+    settings.EMBEDDING_BACKEND = "openai"
+    settings.EMBEDDING_URL = "http://127.0.0.1:9/v1"
+    embedder_reset()
+    memory = memories_store(agent=agent, drafts=[MemoryDraft(content="during outage")], actor="x")[
+        0
+    ]
+    assert Memory.objects.get(pk=memory.pk).embedding is None
+
+    settings.EMBEDDING_BACKEND = "local"
+    embedder_reset()
+    try:
+        filled = memory_embeddings_backfill()
+        again = memory_embeddings_backfill()
+    finally:
+        embedder_reset()
+
+    assert (filled, again) == (1, 0)
+    assert len(Memory.objects.get(pk=memory.pk).embedding) == 384
