@@ -1,0 +1,48 @@
+"""Reads of the memory app."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ledger.models import Agent
+
+NEAREST_SQL = """
+SELECT id, embedding <=> %(vector)s::vector AS distance
+FROM memory_memory
+WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
+  AND embedding IS NOT NULL
+  AND archived_at IS NULL
+  AND (expires_at IS NULL OR expires_at > %(now)s)
+ORDER BY embedding <=> %(vector)s::vector
+LIMIT %(k)s
+"""
+
+
+def memories_nearest(
+    *, agent: Agent, vector: Sequence[float], k: int, now: datetime | None = None
+) -> list[tuple[int, float]]:
+    """The ``k`` active memories of the agent nearest to ``vector``: (id, cosine distance).
+
+    Served by the HNSW index with pgvector's iterative scans (0.8+), so the agent, expiry and
+    archive filters never starve the result: the index keeps scanning until it has ``k`` rows
+    that pass them, in exact distance order (``strict_order``).
+    """
+    moment = now or timezone.now()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(max(40, 2 * k))])
+        cursor.execute(
+            NEAREST_SQL,
+            {
+                "vector": list(vector),
+                "tenant": agent.tenant_id,
+                "agent": agent.pk,
+                "now": moment,
+                "k": k,
+            },
+        )
+        return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]
