@@ -8,7 +8,12 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -164,7 +169,9 @@ class EventCursorPagination(CursorPagination):
     batch=extend_schema(
         summary="Append several events atomically (all or none)",
         request=EventBatchSerializer,
-        responses={201: EventSerializer(many=True)},
+        responses={
+            201: inline_serializer("EventBatchResult", {"events": EventSerializer(many=True)})
+        },
         parameters=[IDEMPOTENCY_PARAMETER],
     ),
     verify=extend_schema(

@@ -137,7 +137,10 @@ def tenant_overview(*, tenant: Tenant, agent_limit: int = 20) -> TenantOverview:
     )
 
 
-def event_visible_to(*, agent: Agent) -> Q:
-    """Events an agent may see: its own, plus the tenant's globally visible kinds."""
-    visible = RecallSettings.for_tenant(agent.tenant).globally_visible_kinds
+def event_visible_to(*, agent: Agent, settings: RecallSettings | None = None) -> Q:
+    """Events an agent may see: its own, plus the tenant's globally visible kinds.
+
+    Pass the tenant's settings when the caller already has them, to save a query.
+    """
+    visible = (settings or RecallSettings.for_tenant(agent.tenant)).globally_visible_kinds
     return Q(actor=agent.name) | Q(kind__in=visible)

@@ -6,7 +6,12 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
@@ -146,7 +151,9 @@ class ReflectionViewSet(AgentActionViewSet):
     batch=extend_schema(
         summary="Store several memories of one agent (all or none)",
         request=MemoryBatchSerializer,
-        responses={201: MemorySerializer(many=True)},
+        responses={
+            201: inline_serializer("MemoryBatchResult", {"memories": MemorySerializer(many=True)})
+        },
         parameters=[IDEMPOTENCY_PARAMETER],
     ),
     partial_update=extend_schema(

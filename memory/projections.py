@@ -47,6 +47,18 @@ class EventEmbeddingIndex:
         event_embeddings_build_task.delay(list(event_ids))
 
 
+# What a rebuild compares and repairs; vectors are derived and left to the backfill.
+_COMPARED_FIELDS = (
+    "agent_id",
+    "session_id",
+    "role",
+    "content",
+    "memory_type",
+    "importance",
+    "archived_at",
+)
+
+
 class MemoryProjection:
     """The memories table, replayed from ``memory.*`` events.
 
@@ -64,18 +76,7 @@ class MemoryProjection:
 
     def snapshot(self, *, tenant: Tenant) -> list[tuple[Any, ...]]:
         return list(
-            Memory.objects.filter(tenant=tenant)
-            .order_by("id")
-            .values_list(
-                "id",
-                "agent_id",
-                "session_id",
-                "role",
-                "content",
-                "memory_type",
-                "importance",
-                "archived_at",
-            )
+            Memory.objects.filter(tenant=tenant).order_by("id").values_list("id", *_COMPARED_FIELDS)
         )
 
     def reset(self, *, tenant: Tenant) -> None:
@@ -146,15 +147,6 @@ class MemoryProjection:
         values["updated_at"] = event.created_at
 
     def finish(self, *, tenant: Tenant) -> None:
-        fields = (
-            "agent_id",
-            "session_id",
-            "role",
-            "content",
-            "memory_type",
-            "importance",
-            "archived_at",
-        )
         with transaction.atomic():
             existing = {m.pk: m for m in Memory.objects.filter(tenant=tenant)}
             Memory.objects.filter(tenant=tenant).exclude(pk__in=self._replayed).delete()
@@ -162,7 +154,7 @@ class MemoryProjection:
                 memory = existing.get(memory_id)
                 if memory is None:
                     Memory.objects.create(id=memory_id, tenant=tenant, **values)
-                elif any(getattr(memory, name) != values[name] for name in fields):
+                elif any(getattr(memory, name) != values[name] for name in _COMPARED_FIELDS):
                     Memory.objects.filter(pk=memory_id).update(**values)
         self._replayed = {}
 

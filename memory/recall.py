@@ -65,7 +65,7 @@ def recall_episodic(*, agent: Agent, run_id: str, max_recent: int | None = None)
     limit = max_recent if max_recent is not None else settings.max_recent
     recent = list(
         Event.objects.filter(tenant=agent.tenant, run_id=run_id)
-        .filter(event_visible_to(agent=agent))
+        .filter(event_visible_to(agent=agent, settings=settings))
         .order_by("-seq")
         .only("seq", "turn", "kind", "actor", "payload")[:limit]
     )

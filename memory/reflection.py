@@ -130,12 +130,12 @@ def reflection_create_if_due(*, agent: Agent, run_id: str, force: bool = False) 
             .values_list("seq", flat=True)
             .first()
         ) or 0
+        recall_settings = RecallSettings.for_tenant(agent.tenant)
         recent = list(
             Event.objects.filter(tenant=agent.tenant, run_id=run_id, seq__gt=last)
-            .filter(event_visible_to(agent=agent))
+            .filter(event_visible_to(agent=agent, settings=recall_settings))
             .order_by("-seq")[:_MAX_SOURCE_EVENTS]
         )[::-1]
-        recall_settings = RecallSettings.for_tenant(agent.tenant)
         payload: dict[str, object] = {"summariser": "local"}
         summary = ""
         if settings.REFLECTION_LLM_URL:
