@@ -64,3 +64,14 @@ def env_path(name: str, default: Path, *, base: Path) -> Path:
     if not path.is_absolute():
         path = base / path
     return path.resolve()
+
+
+def search_weights(items: list[str]) -> tuple[float, float, float, float]:
+    """SEARCH_WEIGHTS: four non-negative numbers (similarity, recency, importance, priority)."""
+    try:
+        values = tuple(float(item) for item in items)
+    except ValueError as exc:
+        raise ConfigError(f"SEARCH_WEIGHTS must be four numbers, got {items!r}") from exc
+    if len(values) != 4 or any(value < 0 for value in values):
+        raise ConfigError(f"SEARCH_WEIGHTS must be four non-negative numbers, got {items!r}")
+    return values[0], values[1], values[2], values[3]

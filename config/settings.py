@@ -15,7 +15,15 @@ import dj_database_url
 import django_stubs_ext
 
 from config.embedded import EmbeddedLayout
-from config.env import env_bool, env_float, env_int, env_list, env_path, env_str
+from config.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_path,
+    env_str,
+    search_weights,
+)
 
 # Lets typed generics such as ModelAdmin[Agent] work at run time (DRF's: see LedgerConfig).
 django_stubs_ext.monkeypatch()
@@ -243,6 +251,13 @@ IDEMPOTENCY_RETENTION_HOURS = env_int("IDEMPOTENCY_RETENTION_HOURS", 24)
 MEMORY_MAX_CONTENT_CHARS = env_int("MEMORY_MAX_CONTENT_CHARS", 100_000)
 # Active memories one agent may keep; above it the least important are archived first.
 MEMORY_QUOTA_PER_AGENT = env_int("MEMORY_QUOTA_PER_AGENT", 10_000)
+
+# Search (SPEC 5): weights of similarity, recency, importance and source priority; candidates
+# with a cosine under the threshold and no keyword in common are dropped.
+SEARCH_WEIGHTS = search_weights(env_list("SEARCH_WEIGHTS", ["0.5", "0.2", "0.2", "0.1"]))
+SEARCH_SIMILARITY_THRESHOLD = env_float("SEARCH_SIMILARITY_THRESHOLD", 0.2)
+SEARCH_RECENCY_HALF_LIFE_DAYS = env_float("SEARCH_RECENCY_HALF_LIFE_DAYS", 30.0)
+SEARCH_MAX_TOP_K = env_int("SEARCH_MAX_TOP_K", 50)
 
 # --- Reflection (optional LLM summariser; the default is local and deterministic) -----------
 REFLECTION_LLM_URL = env_str("REFLECTION_LLM_URL", "")

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Func
 
@@ -177,6 +178,8 @@ class Event(models.Model):
             models.Index(fields=["tenant", "kind", "seq"], name="event_kind_seq"),
             models.Index(fields=["tenant", "actor", "seq"], name="event_actor_seq"),
             models.Index(fields=["tenant", "round_id", "seq"], name="event_round_seq"),
+            # Keyword lookups of memory search over the audit log (btree_gin, memory/0004).
+            GinIndex(fields=["tenant", "search_words"], name="event_search_words"),
         ]
         ordering = ["seq"]
 

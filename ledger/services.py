@@ -94,17 +94,26 @@ def _payloads_as_stored(payloads: Sequence[dict[str, Any]]) -> list[Any]:
         return [json.loads(row[0]) for row in cursor.fetchall()]
 
 
-def _lock_chain(tenant: Tenant) -> tuple[int, str]:
-    """Serialise appends for one tenant and return the chain head (last seq, last hash).
+def tenant_write_lock(tenant: Tenant) -> None:
+    """Take the tenant's ledger lock for the rest of the transaction (re-entrant).
 
-    A transaction-scoped advisory lock, so concurrent web and worker processes queue here instead
-    of forking the chain; it is released at commit or rollback.
+    Appends take it; writers that change other shared rows of the tenant first (memory search
+    statistics) take it before them, so every such writer queues in one order and none deadlock.
     """
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('agent-memory:ledger:' || %s, 0))",
             [tenant.pk],
         )
+
+
+def _lock_chain(tenant: Tenant) -> tuple[int, str]:
+    """Serialise appends for one tenant and return the chain head (last seq, last hash).
+
+    A transaction-scoped advisory lock, so concurrent web and worker processes queue here instead
+    of forking the chain; it is released at commit or rollback.
+    """
+    tenant_write_lock(tenant)
     head = Event.objects.filter(tenant=tenant).order_by("-seq").values_list("seq", "hash").first()
     return head if head is not None else (0, Event.GENESIS_HASH)
 

@@ -27,6 +27,7 @@ from ledger.serializers import EventSerializer
 from memory.models import Memory
 from memory.recall import recall_episodic, recall_salience
 from memory.reflection import reflection_create_if_due, reflection_state
+from memory.search import SOURCES, memories_search
 from memory.serializers import (
     MemoryBatchSerializer,
     MemoryHistorySerializer,
@@ -38,6 +39,8 @@ from memory.serializers import (
     RecallResultSerializer,
     ReflectionRequestSerializer,
     ReflectionResultSerializer,
+    SearchRequestSerializer,
+    SearchResultSerializer,
 )
 from memory.services import MEMORY_EVENT_KINDS, memories_store, memory_delete, memory_update
 
@@ -165,6 +168,14 @@ class ReflectionViewSet(AgentActionViewSet):
     history=extend_schema(
         summary="The ledger events of a memory", responses=MemoryHistorySerializer(many=True)
     ),
+    search=extend_schema(
+        summary="Search the agent's memories, the ledger it may see and the knowledge base",
+        description="One call over four sources (agent memory, audit log, workflow steps, "
+        "knowledge base), ranked by 0.5·similarity + 0.2·recency + 0.2·importance + "
+        "0.1·source priority, de-duplicated by content hash; each result carries its terms.",
+        request=SearchRequestSerializer,
+        responses=SearchResultSerializer,
+    ),
 )
 class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
     """Episodic memories. An agent-scoped key sees and changes only its own agent's memories."""
@@ -234,6 +245,22 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         memory_delete(memory=self.get_object(), actor=self.principal.actor)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @action(detail=False, methods=["post"])
+    def search(self, request: Request) -> Response:
+        serializer = SearchRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        outcome = memories_search(
+            agent=agent_for_caller(self.principal, data.get("agent")),
+            query=data["query"],
+            top_k=data["top_k"],
+            sources=data.get("sources", SOURCES),
+            filters=data.get("filters"),
+            weights=data.get("weights"),
+            threshold=data.get("threshold"),
+        )
+        return Response(SearchResultSerializer(outcome).data)
 
     @action(detail=True, methods=["get"])
     def history(self, request: Request, pk: str | None = None) -> Response:

@@ -19,6 +19,7 @@ from django.utils import timezone
 from ledger.models import Tenant
 from ledger.services import event_append
 from memory.models import MemoryKey
+from memory.search_index import search_documents_refresh_around
 
 DECAY_BASE = 0.95  # effective importance loses 5 % a week without retrieval
 ARCHIVE_BELOW = 0.1
@@ -88,11 +89,14 @@ def memories_expire(*, now: datetime | None = None, batch_size: int = 5000) -> i
                 SELECT id FROM memory_memory WHERE expires_at <= %(now)s
                 ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED
             ) AND expires_at <= %(now)s
-            RETURNING id, tenant_id
+            RETURNING tenant_id, agent_id, session_id, occurred_at, id
             """,
             {"now": moment, "batch": batch_size},
         )
-        rows = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+        positions = cursor.fetchall()
+        # Neighbours whose keyword window held an expired memory get it recomputed.
+        search_documents_refresh_around(positions)
+        rows = [(int(position[4]), int(position[0])) for position in positions]
         MemoryKey.objects.filter(memory_id__in=[memory_id for memory_id, _ in rows]).delete()
         _log_per_tenant(rows, kind="memory.expired", payload_extra={"reason": "ttl"})
     return len(rows)

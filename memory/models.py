@@ -6,6 +6,7 @@ from datetime import datetime
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
@@ -34,7 +35,11 @@ class EventEmbedding(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "run_id", "model"], name="eventembedding_run")]
+        indexes = [
+            models.Index(fields=["tenant", "run_id", "model"], name="eventembedding_run"),
+            # Search's semantic leg over the audit log reads the tenant's newest vectors.
+            models.Index(fields=["tenant", "model", "event"], name="eventembedding_newest"),
+        ]
 
     def __str__(self) -> str:
         return f"embedding of event {self.event_id}"
@@ -83,6 +88,11 @@ class Memory(models.Model):
     last_retrieved_at = models.DateTimeField(null=True, blank=True)
     retrieval_count = models.PositiveIntegerField(default=0)
     archived_at = models.DateTimeField(null=True, blank=True)
+    # The keyword document: this memory with up to two neighbours on each side in its session
+    # (memory.search_index keeps it current). ``search_length`` counts its lexeme positions,
+    # the document length of Okapi BM25.
+    search_vector = SearchVectorField(null=True, blank=True)
+    search_length = models.PositiveIntegerField(default=0)
 
     objects = MemoryQuerySet.as_manager()
 
@@ -94,6 +104,9 @@ class Memory(models.Model):
                 fields=["tenant", "agent", "session_id", "occurred_at"], name="memory_session"
             ),
             GinIndex(fields=["tags"], name="memory_tags"),
+            # btree_gin puts the agent in the same index, so a keyword lookup reads one agent's
+            # postings instead of the whole tenant's.
+            GinIndex(fields=["agent", "search_vector"], name="memory_search_vector"),
             HnswIndex(
                 name="memory_embedding_hnsw",
                 fields=["embedding"],
@@ -105,6 +118,39 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return f"memory {self.pk} of agent {self.agent_id}"
+
+
+class MemoryTerm(models.Model):
+    """Document frequency of one lexeme among one agent's keyword documents (BM25's idf).
+
+    Kept by statement-level triggers on ``memory_memory`` (migration 0004), so every path that
+    writes memories (services, lifecycle jobs, projection rebuilds, bulk loads) keeps it exact.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    lexeme = models.TextField()
+    df = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "lexeme"], name="memoryterm_agent_lexeme")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lexeme!r} in {self.df} memories of agent {self.agent_id}"
+
+
+class MemorySearchTotals(models.Model):
+    """How many keyword documents an agent has and their total length (BM25's N and avgdl)."""
+
+    agent = models.OneToOneField(
+        Agent, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    documents = models.BigIntegerField(default=0)
+    positions = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.documents} keyword documents of agent {self.agent_id}"
 
 
 class MemoryKey(models.Model):

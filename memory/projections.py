@@ -9,8 +9,10 @@ from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event, Tenant
+from ledger.services import tenant_write_lock
 from memory.models import EventEmbedding, Memory, MemoryKey
 from memory.sealing import unseal
+from memory.search_index import search_documents_refresh
 from memory.services import (
     MEMORY_EVENT_KINDS,
     event_embeddings_build,
@@ -56,6 +58,8 @@ _COMPARED_FIELDS = (
     "memory_type",
     "importance",
     "archived_at",
+    "last_retrieved_at",
+    "retrieval_count",
 )
 
 
@@ -90,7 +94,7 @@ class MemoryProjection:
             )
         )
         for event in events:
-            if event.kind in ("memory.archived", "memory.expired"):
+            if event.kind in ("memory.archived", "memory.expired", "memory.retrieved"):
                 self._apply_batch(event)
                 continue
             memory_id = int(event.payload["memory_id"])
@@ -117,13 +121,21 @@ class MemoryProjection:
                     "created_at": event.created_at,
                     "updated_at": event.created_at,
                     "archived_at": None,
+                    "last_retrieved_at": None,
+                    "retrieval_count": 0,
                 }
 
     def _apply_batch(self, event: Event) -> None:
-        """Decay, quota and TTL act on many memories at once and log them in one event."""
+        """Decay, quota, TTL and retrieval act on many memories at once, logged in one event."""
         for memory_id in event.payload["memory_ids"]:
             if event.kind == "memory.expired":
                 self._replayed.pop(int(memory_id), None)
+            elif event.kind == "memory.retrieved" and int(memory_id) in self._replayed:
+                values = self._replayed[int(memory_id)]
+                at = parse_datetime(event.payload["retrieved_at"])
+                previous = values["last_retrieved_at"]
+                values["last_retrieved_at"] = at if previous is None or at > previous else previous
+                values["retrieval_count"] += 1
             elif int(memory_id) in self._replayed:
                 self._replayed[int(memory_id)]["archived_at"] = parse_datetime(
                     event.payload["archived_at"]
@@ -148,6 +160,7 @@ class MemoryProjection:
 
     def finish(self, *, tenant: Tenant) -> None:
         with transaction.atomic():
+            tenant_write_lock(tenant)
             existing = {m.pk: m for m in Memory.objects.filter(tenant=tenant)}
             Memory.objects.filter(tenant=tenant).exclude(pk__in=self._replayed).delete()
             for memory_id, values in self._replayed.items():
@@ -156,6 +169,9 @@ class MemoryProjection:
                     Memory.objects.create(id=memory_id, tenant=tenant, **values)
                 elif any(getattr(memory, name) != values[name] for name in _COMPARED_FIELDS):
                     Memory.objects.filter(pk=memory_id).update(**values)
+            # Keyword documents are derived from the rows just written; unchanged ones leave the
+            # BM25 statistics as they were.
+            search_documents_refresh(list(self._replayed))
         self._replayed = {}
 
     def after_append(self, *, event_ids: Sequence[int]) -> None:

@@ -10,17 +10,24 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from config.api import ApiError
 from ledger.models import Agent, Event, Tenant
-from ledger.services import EventDraft, event_append, events_append
+from ledger.services import (
+    SYSTEM_ACTOR,
+    EventDraft,
+    event_append,
+    events_append,
+    tenant_write_lock,
+)
 from memory import policies
 from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name
 from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from memory.models import EventEmbedding, Memory, MemoryKey
 from memory.sealing import key_new, seal
+from memory.search_index import SessionPosition, search_documents_refresh_around
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +82,14 @@ def event_embeddings_drop(*, tenant: Tenant) -> None:
 # --- Episodic memories -------------------------------------------------------------------------
 
 MEMORY_EVENT_KINDS = frozenset(
-    {"memory.stored", "memory.updated", "memory.deleted", "memory.archived", "memory.expired"}
+    {
+        "memory.stored",
+        "memory.updated",
+        "memory.deleted",
+        "memory.archived",
+        "memory.expired",
+        "memory.retrieved",
+    }
 )
 
 
@@ -186,7 +200,9 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
         )
     _embed_missing(rows)
     with transaction.atomic():
+        tenant_write_lock(agent.tenant)
         stored = Memory.objects.bulk_create(rows)
+        search_documents_refresh_around([_session_position(memory) for memory in stored])
         keys = [MemoryKey(memory_id=m.pk, tenant_id=m.tenant_id, key=key_new()) for m in stored]
         MemoryKey.objects.bulk_create(keys)
         events_append(
@@ -201,6 +217,10 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
             ],
         )
     return stored
+
+
+def _session_position(memory: Memory) -> SessionPosition:
+    return (memory.tenant_id, memory.agent_id, memory.session_id, memory.occurred_at, memory.pk)
 
 
 def _embed_missing(rows: Sequence[Memory]) -> None:
@@ -262,7 +282,9 @@ def memory_delete(*, memory: Memory, actor: str, reason: str = "") -> None:
             payload={"memory_id": memory.pk, "agent_id": memory.agent_id, "reason": reason},
         )
         MemoryKey.objects.filter(memory_id=memory.pk).delete()
+        position = _session_position(memory)
         memory.delete()
+        search_documents_refresh_around([position])
 
 
 MEMORY_EDITABLE_FIELDS = frozenset(
@@ -311,7 +333,10 @@ def memory_update(*, memory: Memory, actor: str, changes: dict[str, Any]) -> Mem
             },
         )
     with transaction.atomic():
+        tenant_write_lock(memory.tenant)
         memory.save()
+        if "content" in changes or "metadata" in changes:
+            search_documents_refresh_around([_session_position(memory)])
         event_append(
             tenant=memory.tenant,
             kind="memory.updated",
@@ -343,3 +368,31 @@ def memory_embeddings_backfill(*, batch_size: int = 256) -> int:
                 embedding=memory.embedding, embedding_model=memory.embedding_model
             )
     return filled
+
+
+def memories_mark_retrieved(*, tenant: Tenant, memory_ids: Sequence[int], at: datetime) -> int:
+    """Record that a search returned these memories: it resets their decay clock (SPEC 4).
+
+    Logged as one ``memory.retrieved`` event so a rebuild keeps the statistics. Returns how many
+    memories still existed to be marked.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE memory_memory
+            SET last_retrieved_at = greatest(coalesce(last_retrieved_at, %(at)s), %(at)s),
+                retrieval_count = retrieval_count + 1
+            WHERE tenant_id = %(tenant)s AND id = ANY(%(ids)s)
+            RETURNING id
+            """,
+            {"tenant": tenant.pk, "ids": list(memory_ids), "at": at},
+        )
+        marked = sorted(int(row[0]) for row in cursor.fetchall())
+        if marked:
+            event_append(
+                tenant=tenant,
+                kind="memory.retrieved",
+                actor=SYSTEM_ACTOR,
+                payload={"memory_ids": marked, "retrieved_at": at.isoformat()},
+            )
+    return len(marked)

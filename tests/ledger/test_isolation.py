@@ -74,6 +74,12 @@ ENDPOINTS = [
     Endpoint("patch", "/api/v1/memories/{id}/", Role.AGENT, {"importance": 0.9}, target="memory"),
     Endpoint("delete", "/api/v1/memories/{id}/", Role.AGENT, target="memory"),
     Endpoint("get", "/api/v1/memories/{id}/history/", Role.AGENT, target="memory"),
+    Endpoint(
+        "post",
+        "/api/v1/memories/search/",
+        Role.AGENT,
+        {"agent": "Creator1", "query": "private note"},
+    ),
     Endpoint("post", "/api/v1/recall/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
     Endpoint("post", "/api/v1/reflections/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
 ]
@@ -262,3 +268,17 @@ def test_an_agent_key_lists_only_its_own_memories(tenant, victim, make_agent, ap
     listed = client.get("/api/v1/memories/").json()["results"]
 
     assert [m["content"] for m in listed] == ["mine"]
+
+
+def test_search_never_returns_another_agents_memories_through_any_source(
+    tenant, victim, make_agent, api_as
+):
+    other_agent = make_agent(tenant, name="Reviewer1")
+    client = api_as(tenant, role=Role.AGENT, agent=other_agent)
+
+    response = client.post(
+        "/api/v1/memories/search/", {"query": "private note", "top_k": 50}, format="json"
+    )
+
+    assert response.status_code == 200
+    assert all("private note" not in hit["content"] for hit in response.json()["results"])

@@ -1,0 +1,590 @@
+"""Search my memories (SPEC 5): one call over four sources, merged and explained.
+
+Per source, candidates come from a semantic leg (nearest vectors) and a keyword leg (full-text
+matches), both index-backed. Each candidate's *similarity* fuses the two kinds of evidence the
+way the LoCoMo dev set chose (docs/retrieval-research.md): min-max normalised cosine (over every
+candidate of the call, since all vectors come from one embedder) weighted 0.6 and min-max
+normalised keyword score (per source, since the sources score keywords differently) weighted
+0.4, plus 0.3 of the better of its two session neighbours' scores, rescaled to [0, 1]. Then every
+candidate is ranked by
+
+    score = 0.5·similarity + 0.2·recency + 0.2·importance + 0.1·source_priority
+
+(weights configurable per deployment and per request), de-duplicated by content hash, cut by the
+similarity threshold and the top K. Each hit carries the terms and their contributions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ledger.models import Agent, RecallSettings
+from memory import policies
+from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
+from memory.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
+
+logger = logging.getLogger(__name__)
+
+AGENT_MEMORY = "agent_memory"
+AUDIT_LOG = "audit_log"
+WORKFLOW_STEPS = "workflow_steps"
+KNOWLEDGE_BASE = "knowledge_base"
+SOURCES = (AGENT_MEMORY, AUDIT_LOG, WORKFLOW_STEPS, KNOWLEDGE_BASE)
+SOURCE_PRIORITY = {AGENT_MEMORY: 1.0, AUDIT_LOG: 0.8, WORKFLOW_STEPS: 0.6, KNOWLEDGE_BASE: 0.5}
+WORKFLOW_STEP_KIND = "workflow.step_completed"
+
+# Fusion of the two kinds of evidence, chosen on LoCoMo dev (docs/retrieval-research.md).
+DENSE_WEIGHT = 0.6
+NEIGHBOUR_BOOST = 0.3
+BM25_K1 = 1.2
+BM25_B = 0.75
+# Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
+MEMORY_DENSE_CANDIDATES = 100
+MEMORY_KEYWORD_CANDIDATES = 1000
+# Lexemes in more documents than this only score candidates; they do not fetch any (a word in
+# most of a million memories says little and would make the keyword leg read all of them).
+KEYWORD_FETCH_MAX_DF = 5000
+EVENT_CANDIDATES = 50
+# The audit log's semantic leg compares the query with the tenant's newest embedded events.
+EVENT_SEMANTIC_WINDOW = 2000
+KNOWLEDGE_CANDIDATES = 50
+
+
+@dataclass(frozen=True)
+class SearchWeights:
+    similarity: float = 0.5
+    recency: float = 0.2
+    importance: float = 0.2
+    source_priority: float = 0.1
+
+    @classmethod
+    def configured(cls) -> SearchWeights:
+        similarity, recency, importance, priority = settings.SEARCH_WEIGHTS
+        return cls(similarity, recency, importance, priority)
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Narrow the agent's own memories; the other sources are not episodic and ignore these."""
+
+    session_id: str | None = None
+    memory_type: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Candidate:
+    """One possible result, before ranking. ``keyword`` is the source's raw keyword score."""
+
+    source: str
+    id: int
+    content: str
+    cosine: float | None
+    keyword: float
+    moment: datetime
+    importance: float
+    content_hash: str
+    details: dict[str, Any]
+    previous_id: int | None = None
+    next_id: int | None = None
+    # Whether the candidate's own text (not only its session neighbours') shares a query word.
+    own_match: bool = True
+    relevance: float = 0.0
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    source: str
+    id: int
+    content: str
+    score: float
+    breakdown: dict[str, float]
+    contributions: dict[str, float]
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    hits: list[SearchHit]
+    semantic: bool
+    took_ms: float
+    candidates: int
+
+
+# --- agent memory ------------------------------------------------------------------------------
+
+# BM25 statistics of the query's lexemes among the agent's keyword documents.
+LEXEME_STATS_SQL = """
+SELECT u.lexeme, coalesce(t.df, 0), coalesce(s.documents, 0), coalesce(s.positions, 0)
+FROM unnest(to_tsvector('english', %(query)s)) AS u
+LEFT JOIN memory_memoryterm AS t ON t.agent_id = %(agent)s AND t.lexeme = u.lexeme
+LEFT JOIN memory_memorysearchtotals AS s ON s.agent_id = %(agent)s
+"""
+
+ACTIVE_MEMORY = """
+    tenant_id = %(tenant)s AND agent_id = %(agent)s AND archived_at IS NULL
+    AND (expires_at IS NULL OR expires_at > %(now)s)"""
+FILTER_SQL = {
+    "session_id": " AND session_id = %(session_id)s",
+    "memory_type": " AND memory_type = %(memory_type)s",
+    "tags": " AND tags @> %(tags)s::varchar[]",
+    "metadata": " AND metadata @> %(metadata)s::jsonb",
+}
+DENSE_LEG = """
+    SELECT id FROM memory_memory WHERE {where} AND embedding IS NOT NULL
+    ORDER BY embedding <=> %(vector)s::vector LIMIT %(dense_k)s"""
+KEYWORD_LEG = """
+    SELECT id FROM memory_memory
+    WHERE {where} AND search_vector @@ %(tsquery)s::tsquery LIMIT %(keyword_k)s"""
+NO_ROWS = "SELECT NULL::bigint AS id WHERE false"
+
+# One round trip: the candidates of both legs, each with its cosine (keyword-only ones too: the
+# research lost 0.03 R@10 without it), its Okapi BM25 from its tsvector positions and the
+# agent's statistics, and its session neighbours for the neighbour boost.
+MEMORY_CANDIDATES_SQL = """
+WITH dense AS ({dense}),
+keyword AS ({keyword}),
+candidates AS (SELECT id FROM dense UNION SELECT id FROM keyword),
+query_terms AS (
+    SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS q(lexeme, idf)
+),
+bm25 AS (
+    SELECT c.id, sum(
+        q.idf * array_length(u.positions, 1) * (%(k1)s + 1)
+        / (array_length(u.positions, 1)
+           + %(k1)s * (1 - %(b)s + %(b)s * m.search_length / %(avgdl)s::float8))) AS score
+    FROM candidates AS c JOIN memory_memory AS m USING (id)
+    CROSS JOIN LATERAL unnest(m.search_vector) AS u
+    JOIN query_terms AS q ON q.lexeme = u.lexeme
+    GROUP BY c.id
+)
+SELECT m.id, m.content, m.role, m.session_id, m.memory_type, m.tags, m.metadata,
+       m.occurred_at, m.created_at, m.content_hash, m.importance,
+       {effective_importance} AS effective_importance,
+       {cosine} AS cosine,
+       coalesce(bm25.score, 0) AS keyword,
+       before.id AS previous_id, after.id AS next_id,
+       {own_match} AS own_match
+FROM candidates JOIN memory_memory AS m USING (id)
+LEFT JOIN bm25 USING (id)
+LEFT JOIN LATERAL (
+    SELECT p.id FROM memory_memory AS p
+    WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
+      AND p.session_id = m.session_id AND (p.occurred_at, p.id) < (m.occurred_at, m.id)
+    ORDER BY p.occurred_at DESC, p.id DESC LIMIT 1
+) AS before ON true
+LEFT JOIN LATERAL (
+    SELECT p.id FROM memory_memory AS p
+    WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
+      AND p.session_id = m.session_id AND (p.occurred_at, p.id) > (m.occurred_at, m.id)
+    ORDER BY p.occurred_at, p.id LIMIT 1
+) AS after ON true
+"""
+
+
+def tsquery_any(lexemes: Iterable[str]) -> str:
+    """A tsquery matching any of these lexemes, each quoted so no character is an operator."""
+    quoted = ("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes)
+    return " | ".join(quoted)
+
+
+def bm25_idf(*, documents: int, df: int) -> float:
+    return math.log(1 + (documents - df + 0.5) / (df + 0.5))
+
+
+def memory_candidates_query(
+    *,
+    agent: Agent,
+    query: str,
+    vector: Sequence[float] | None,
+    filters: SearchFilters,
+    now: datetime,
+) -> tuple[str, dict[str, Any]]:
+    """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
+    with connection.cursor() as cursor:
+        cursor.execute(LEXEME_STATS_SQL, {"query": query, "agent": agent.pk})
+        stats = cursor.fetchall()
+    documents = int(stats[0][2]) if stats else 0
+    positions = int(stats[0][3]) if stats else 0
+    lexemes = [str(row[0]) for row in stats]
+    idfs = [bm25_idf(documents=documents, df=int(row[1])) for row in stats]
+    present = sorted((int(row[1]), str(row[0])) for row in stats if int(row[1]) > 0)
+    fetching = [lexeme for df, lexeme in present if df <= KEYWORD_FETCH_MAX_DF] or [
+        lexeme for _, lexeme in present[:1]
+    ]
+    where = ACTIVE_MEMORY
+    params: dict[str, Any] = {
+        "tenant": agent.tenant_id,
+        "agent": agent.pk,
+        "now": now,
+        "vector": list(vector) if vector is not None else None,
+        "dense_k": MEMORY_DENSE_CANDIDATES,
+        "keyword_k": MEMORY_KEYWORD_CANDIDATES,
+        "tsquery": tsquery_any(fetching),
+        "any_lexeme": tsquery_any(lexeme for _, lexeme in present),
+        "lexemes": lexemes,
+        "idfs": idfs,
+        "k1": BM25_K1,
+        "b": BM25_B,
+        "avgdl": positions / documents if documents else 1.0,
+        "decay_base": DECAY_BASE,
+        "week": SECONDS_PER_WEEK,
+        "session_id": filters.session_id,
+        "memory_type": filters.memory_type,
+        "tags": list(filters.tags),
+        "metadata": json.dumps(filters.metadata),
+    }
+    for name, clause in FILTER_SQL.items():
+        if getattr(filters, name):
+            where += clause
+    sql = MEMORY_CANDIDATES_SQL.format(
+        dense=DENSE_LEG.format(where=where) if vector is not None else NO_ROWS,
+        keyword=KEYWORD_LEG.format(where=where) if fetching else NO_ROWS,
+        # Unqualified columns in it resolve to the memory: no other relation has them.
+        effective_importance=EFFECTIVE_IMPORTANCE_SQL,
+        cosine="1 - (m.embedding <=> %(vector)s::vector)" if vector is not None else "NULL",
+        # The memory's own line (weight A) shares a word with the query, not just a neighbour.
+        own_match="ts_filter(m.search_vector, '{a}') @@ %(any_lexeme)s::tsquery"
+        if present
+        else "false",
+    )
+    return sql, params
+
+
+def _memory_candidates(
+    *,
+    agent: Agent,
+    query: str,
+    vector: Sequence[float] | None,
+    filters: SearchFilters,
+    now: datetime,
+) -> list[Candidate]:
+    sql, params = memory_candidates_query(
+        agent=agent, query=query, vector=vector, filters=filters, now=now
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        # HNSW with iterative scans: filters that remove most of the rows never starve the
+        # semantic leg; it scans on until it has its candidates, in exact order.
+        cursor.execute(
+            "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+            " set_config('hnsw.ef_search', %s, true)",
+            [str(MEMORY_DENSE_CANDIDATES)],
+        )
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [
+        Candidate(
+            source=AGENT_MEMORY,
+            id=int(row[0]),
+            content=row[1],
+            cosine=None if row[12] is None else float(row[12]),
+            keyword=float(row[13]),
+            moment=row[7],
+            importance=float(row[11]),
+            content_hash=row[9],
+            details={
+                "role": row[2],
+                "session_id": row[3],
+                "memory_type": row[4],
+                "tags": list(row[5]),
+                # Django leaves jsonb undecoded on raw cursors.
+                "metadata": json.loads(row[6]) if isinstance(row[6], str) else row[6],
+                "occurred_at": row[7],
+                "created_at": row[8],
+                "stored_importance": float(row[10]),
+            },
+            previous_id=row[14],
+            next_id=row[15],
+            own_match=bool(row[16]),
+        )
+        for row in rows
+    ]
+
+
+# --- audit log and workflow steps --------------------------------------------------------------
+
+# Query words that carry meaning: the ledger's words minus English stop words.
+EVENT_WORDS_SQL = """
+SELECT coalesce(array_agg(word), '{}') FROM unnest(ledger_words(%(query)s)) AS word
+WHERE to_tsvector('english', word) <> ''::tsvector
+"""
+
+# Visible = the agent's own events and the tenant's globally visible kinds, the rule of
+# ledger.selectors.event_visible_to spelled in SQL.
+EVENT_CANDIDATES_SQL = """
+WITH keyword AS (
+    SELECT e.id FROM ledger_event AS e
+    WHERE e.tenant_id = %(tenant)s AND e.search_words && %(words)s::text[]
+      AND (e.actor = %(actor)s OR e.kind = ANY(%(visible_kinds)s))
+    ORDER BY e.seq DESC LIMIT %(limit)s
+),
+dense AS ({dense}),
+candidates AS (SELECT id FROM keyword UNION SELECT id FROM dense)
+SELECT e.id, e.seq, e.kind, e.actor, e.run_id, ledger_display_text(e.payload), e.created_at,
+       {cosine} AS cosine,
+       cardinality(ARRAY(SELECT unnest(e.search_words) INTERSECT SELECT unnest(%(words)s::text[])))
+FROM candidates JOIN ledger_event AS e USING (id)
+LEFT JOIN memory_eventembedding AS ee ON ee.event_id = e.id AND ee.model = %(model)s
+"""
+EVENT_DENSE_LEG = """
+    SELECT newest.event_id AS id FROM (
+        SELECT event_id, embedding FROM memory_eventembedding
+        WHERE tenant_id = %(tenant)s AND model = %(model)s
+        ORDER BY event_id DESC LIMIT %(window)s
+    ) AS newest JOIN ledger_event AS e ON e.id = newest.event_id
+    WHERE e.actor = %(actor)s OR e.kind = ANY(%(visible_kinds)s)
+    ORDER BY newest.embedding <=> %(vector)s::vector LIMIT %(limit)s"""
+
+
+def _event_candidates(
+    *, agent: Agent, query: str, vector: Sequence[float] | None, sources: Sequence[str]
+) -> list[Candidate]:
+    recall_settings = RecallSettings.for_tenant(agent.tenant)
+    visible = list(recall_settings.globally_visible_kinds)
+    with connection.cursor() as cursor:
+        cursor.execute(EVENT_WORDS_SQL, {"query": query})
+        words = list(cursor.fetchone()[0])
+        cursor.execute(
+            EVENT_CANDIDATES_SQL.format(
+                dense=EVENT_DENSE_LEG if vector is not None else NO_ROWS,
+                cosine="1 - (ee.embedding <=> %(vector)s::vector)"
+                if vector is not None
+                else "NULL::float8",
+            ),
+            {
+                "tenant": agent.tenant_id,
+                "actor": agent.name,
+                "visible_kinds": visible,
+                "words": words,
+                "limit": EVENT_CANDIDATES,
+                "window": EVENT_SEMANTIC_WINDOW,
+                "model": embedder_name() if vector is not None else "",
+                "vector": list(vector) if vector is not None else None,
+            },
+        )
+        rows = cursor.fetchall()
+    candidates = []
+    # The text is ledger_display_text(payload): ledger.models.displayable_text in SQL, so no
+    # other part of a payload (which may hold secrets) leaves the database.
+    for event_id, seq, kind, actor, run_id, text, created_at, cosine, matched in rows:
+        source = WORKFLOW_STEPS if kind == WORKFLOW_STEP_KIND else AUDIT_LOG
+        if source not in sources or not text:
+            continue
+        candidates.append(
+            Candidate(
+                source=source,
+                id=int(seq),
+                content=text,
+                cosine=None if cosine is None else float(cosine),
+                keyword=float(matched) / max(len(words), 1),
+                moment=created_at,
+                importance=float(
+                    recall_settings.kind_importance.get(kind, recall_settings.default_importance)
+                ),
+                content_hash=policies.content_hash(text),
+                details={
+                    "event_id": int(event_id),
+                    "kind": kind,
+                    "actor": actor,
+                    "run_id": run_id,
+                    "created_at": created_at,
+                },
+            )
+        )
+    return candidates
+
+
+# --- knowledge base ----------------------------------------------------------------------------
+
+
+def _knowledge_candidates(
+    *, agent: Agent, query: str, vector: Sequence[float] | None
+) -> list[Candidate]:
+    try:
+        from memory.knowledge import (  # type: ignore[import-not-found,unused-ignore]
+            knowledge_candidates,
+        )
+    except ImportError:  # the knowledge base is not installed yet
+        return []
+    return [
+        Candidate(
+            source=KNOWLEDGE_BASE,
+            id=chunk.chunk_id,
+            content=chunk.text,
+            cosine=chunk.cosine,
+            keyword=chunk.keyword,
+            moment=chunk.published_at,
+            importance=0.5,
+            content_hash=chunk.content_hash,
+            details={"document_id": chunk.document_id, "title": chunk.title, "kind": chunk.kind},
+        )
+        for chunk in knowledge_candidates(
+            tenant=agent.tenant, query=query, query_vector=vector, limit=KNOWLEDGE_CANDIDATES
+        )
+    ]
+
+
+# --- fusion and ranking ------------------------------------------------------------------------
+
+
+def _minmax(values: Sequence[float]) -> list[float]:
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    if high == low:
+        return [1.0 if high > 0 else 0.0 for _ in values]
+    return [(value - low) / (high - low) for value in values]
+
+
+def _fuse(candidates: list[Candidate]) -> None:
+    """Set each candidate's relevance in [0, 1] from its semantic and keyword evidence."""
+    cosines = [c.cosine for c in candidates if c.cosine is not None]
+    floor = min(cosines, default=0.0)
+    dense = _minmax([c.cosine if c.cosine is not None else floor for c in candidates])
+    keyword = [0.0] * len(candidates)
+    for source in SOURCES:
+        positions = [i for i, c in enumerate(candidates) if c.source == source]
+        for i, value in zip(
+            positions, _minmax([candidates[i].keyword for i in positions]), strict=True
+        ):
+            keyword[i] = value
+    semantic_weight = DENSE_WEIGHT if cosines else 0.0
+    fused = {
+        (c.source, c.id): semantic_weight * d + (1 - semantic_weight) * k
+        for c, d, k in zip(candidates, dense, keyword, strict=True)
+    }
+    for c in candidates:
+        around = [
+            fused.get((c.source, neighbour), 0.0)
+            for neighbour in (c.previous_id, c.next_id)
+            if neighbour is not None
+        ]
+        c.relevance = (fused[(c.source, c.id)] + NEIGHBOUR_BOOST * max(around, default=0.0)) / (
+            1 + NEIGHBOUR_BOOST
+        )
+
+
+def recency(moment: datetime, now: datetime) -> float:
+    """1 now, halving every ``SEARCH_RECENCY_HALF_LIFE_DAYS``."""
+    age_days = max((now - moment).total_seconds(), 0.0) / 86400
+    return float(0.5 ** (age_days / settings.SEARCH_RECENCY_HALF_LIFE_DAYS))
+
+
+def _ranked(
+    candidates: list[Candidate], *, weights: SearchWeights, threshold: float, now: datetime
+) -> list[SearchHit]:
+    hits: dict[str, SearchHit] = {}
+    for c in candidates:
+        # Weak on both kinds of evidence: neither close in meaning nor sharing a word.
+        if not (c.keyword > 0 and c.own_match) and (c.cosine is None or c.cosine < threshold):
+            continue
+        breakdown = {
+            "similarity": round(c.relevance, 4),
+            "recency": round(recency(c.moment, now), 4),
+            "importance": round(c.importance, 4),
+            "source_priority": SOURCE_PRIORITY[c.source],
+        }
+        contributions = {
+            term: round(getattr(weights, term) * value, 4) for term, value in breakdown.items()
+        }
+        hit = SearchHit(
+            source=c.source,
+            id=c.id,
+            content=c.content,
+            score=round(sum(contributions.values()), 4),
+            breakdown={
+                **breakdown,
+                "cosine": round(c.cosine, 4) if c.cosine is not None else 0.0,
+                "keyword": round(c.keyword, 4),
+            },
+            contributions=contributions,
+            details=c.details,
+        )
+        kept = hits.get(c.content_hash)
+        if kept is None or (hit.score, -SOURCES.index(hit.source)) > (
+            kept.score,
+            -SOURCES.index(kept.source),
+        ):
+            hits[c.content_hash] = hit
+    return sorted(hits.values(), key=lambda h: (-h.score, SOURCES.index(h.source), h.id))
+
+
+def memories_search(
+    *,
+    agent: Agent,
+    query: str,
+    top_k: int = 5,
+    sources: Sequence[str] = SOURCES,
+    filters: SearchFilters | None = None,
+    weights: SearchWeights | None = None,
+    threshold: float | None = None,
+    now: datetime | None = None,
+) -> SearchOutcome:
+    """Search the agent's memories, the ledger it may see and the knowledge base (SPEC 5).
+
+    Without an embedder the keyword evidence alone ranks (``semantic`` is false). Returned
+    memories get their retrieval statistics updated by a task, after the response.
+    """
+    started = time.perf_counter()
+    moment = now or timezone.now()
+    try:
+        vector: list[float] | None = embed_query(query)
+    except EmbeddingUnavailable as exc:
+        logger.warning("searching by keywords only: %s", exc)
+        vector = None
+    candidates: list[Candidate] = []
+    if AGENT_MEMORY in sources:
+        candidates += _memory_candidates(
+            agent=agent, query=query, vector=vector, filters=filters or SearchFilters(), now=moment
+        )
+    if AUDIT_LOG in sources or WORKFLOW_STEPS in sources:
+        candidates += _event_candidates(agent=agent, query=query, vector=vector, sources=sources)
+    if KNOWLEDGE_BASE in sources:
+        candidates += _knowledge_candidates(agent=agent, query=query, vector=vector)
+    _fuse(candidates)
+    hits = _ranked(
+        candidates,
+        weights=weights or SearchWeights.configured(),
+        threshold=settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold,
+        now=moment,
+    )[:top_k]
+    _mark_retrieved(agent, [h.id for h in hits if h.source == AGENT_MEMORY], moment)
+    return SearchOutcome(
+        hits=hits,
+        semantic=vector is not None,
+        took_ms=round((time.perf_counter() - started) * 1000, 2),
+        candidates=len(candidates),
+    )
+
+
+def _mark_retrieved(agent: Agent, memory_ids: list[int], moment: datetime) -> None:
+    if not memory_ids:
+        return
+    from memory.tasks import memories_mark_retrieved_task
+
+    try:
+        memories_mark_retrieved_task.delay(agent.tenant_id, memory_ids, moment.isoformat())
+    except Exception:  # a broker outage must not fail a read; decay just sees older retrievals
+        logger.exception("could not queue retrieval statistics for %d memories", len(memory_ids))
+
+
+__all__ = [
+    "SOURCES",
+    "SearchFilters",
+    "SearchHit",
+    "SearchOutcome",
+    "SearchWeights",
+    "memories_search",
+]

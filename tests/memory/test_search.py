@@ -1,0 +1,373 @@
+"""Memory search (SPEC 5) against real PostgreSQL + pgvector and the real local embedder."""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from ledger.models import Role
+from ledger.services import event_append
+from memory.lifecycle import memories_expire
+from memory.models import Memory, MemorySearchTotals, MemoryTerm
+from memory.search import (
+    AGENT_MEMORY,
+    AUDIT_LOG,
+    WORKFLOW_STEPS,
+    SearchFilters,
+    SearchWeights,
+    memories_search,
+    tsquery_any,
+)
+from memory.services import MemoryDraft, memories_store, memory_delete, memory_update
+
+pytestmark = pytest.mark.django_db
+
+DAY = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def agent(tenant, make_agent):
+    return make_agent(tenant, name="Atlas")
+
+
+@pytest.fixture
+def other_agent(tenant, make_agent):
+    return make_agent(tenant, name="Binky")
+
+
+def store(agent, *contents, session="s1", start=DAY, **fields):
+    return memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(
+                content=content,
+                session_id=session,
+                occurred_at=start + timedelta(minutes=i),
+                **fields,
+            )
+            for i, content in enumerate(contents)
+        ],
+        actor="system",
+    )
+
+
+def lexemes(memory: Memory) -> set[str]:
+    memory.refresh_from_db()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT array(SELECT lexeme FROM unnest(search_vector)) FROM memory_memory "
+            "WHERE id = %s",
+            [memory.pk],
+        )
+        return set(cursor.fetchone()[0])
+
+
+def stats_recounted(agent) -> tuple[dict[str, int], tuple[int, int]]:
+    """BM25 statistics counted from scratch, to compare with what the triggers kept."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT u.lexeme, count(*) FROM memory_memory m, unnest(m.search_vector) u "
+            "WHERE m.agent_id = %s GROUP BY 1",
+            [agent.pk],
+        )
+        df = {lexeme: count for lexeme, count in cursor.fetchall()}
+        cursor.execute(
+            "SELECT count(*), coalesce(sum(search_length), 0) FROM memory_memory "
+            "WHERE agent_id = %s AND search_vector IS NOT NULL",
+            [agent.pk],
+        )
+        documents, positions = cursor.fetchone()
+    return df, (documents, positions)
+
+
+def stats_kept(agent) -> tuple[dict[str, int], tuple[int, int]]:
+    df = {t.lexeme: t.df for t in MemoryTerm.objects.filter(agent=agent) if t.df}
+    totals = MemorySearchTotals.objects.filter(agent=agent).first()
+    return df, ((totals.documents, totals.positions) if totals else (0, 0))
+
+
+# --- the keyword documents and their statistics ------------------------------------------------
+
+
+def test_a_keyword_document_holds_two_neighbours_on_each_side_within_the_session(agent):
+    first, _second, third, _fourth, fifth = store(
+        agent, "alpha apples", "bravo bananas", "charlie cherries", "delta dates", "echo elderberry"
+    )
+    store(agent, "foxtrot figs", session="elsewhere")
+
+    assert {"alpha", "bravo", "charli"} <= lexemes(first)
+    assert "delta" not in lexemes(first)
+    assert {"alpha", "bravo", "charli", "delta", "echo"} <= lexemes(third)
+    assert "foxtrot" not in lexemes(fifth)
+    assert "2023" in lexemes(first)  # the session date is part of the document
+
+
+def test_the_window_follows_later_turns_edits_and_deletions(agent):
+    first, second, third = store(agent, "alpha apples", "bravo bananas", "charlie cherries")
+    (_fourth,) = store(agent, "delta dates", start=DAY + timedelta(minutes=3))
+
+    assert "delta" in lexemes(second)  # the new turn reached the two before it
+    assert "delta" not in lexemes(first)
+
+    memory_update(memory=third, actor="system", changes={"content": "zulu zucchini"})
+    assert "zulu" in lexemes(first)
+    assert "charli" not in lexemes(first)
+
+    memory_delete(memory=second, actor="system")
+    assert "bravo" not in lexemes(first)
+    assert "delta" in lexemes(first)
+
+
+def test_bm25_statistics_stay_exact_through_every_kind_of_write(agent, other_agent):
+    stored = store(agent, *[f"note {i} about apples and pears {i % 3}" for i in range(8)])
+    store(other_agent, "pears only here")
+    memory_update(memory=stored[2], actor="system", changes={"content": "plums instead"})
+    memory_delete(memory=stored[5], actor="system")
+    Memory.objects.filter(pk=stored[7].pk).update(expires_at=timezone.now() - timedelta(days=1))
+    memories_expire()
+
+    assert stats_kept(agent) == stats_recounted(agent)
+    assert stats_kept(other_agent) == stats_recounted(other_agent)
+    assert stats_kept(agent)[1][0] == 6
+
+
+def test_tsquery_quoting_makes_operators_plain_text():
+    assert tsquery_any(["it's", "a\\b", "x|y"]) == "'it''s' | 'a\\\\b' | 'x|y'"
+
+
+# --- search ------------------------------------------------------------------------------------
+
+
+def test_a_memory_is_found_as_soon_as_it_is_stored_with_every_term_explained(agent):
+    store(agent, "The quarterly budget of $4,000 was approved by Dana.", "Lunch was pasta.")
+
+    outcome = memories_search(agent=agent, query="Who approved the budget?")
+
+    top = outcome.hits[0]
+    assert outcome.semantic
+    assert top.source == AGENT_MEMORY
+    assert "budget" in top.content
+    assert set(top.breakdown) >= {"similarity", "recency", "importance", "source_priority"}
+    assert {"cosine", "keyword"} <= set(top.breakdown)
+    assert math.isclose(top.score, sum(top.contributions.values()), abs_tol=1e-3)
+    weights = SearchWeights.configured()
+    assert math.isclose(
+        top.contributions["similarity"],
+        weights.similarity * top.breakdown["similarity"],
+        abs_tol=1e-3,
+    )
+
+
+def test_semantic_evidence_finds_a_memory_without_shared_words(agent):
+    store(agent, "My dog loves playing fetch in the park.", "The invoice is due Friday.")
+
+    outcome = memories_search(agent=agent, query="Which pet is kept?", top_k=1)
+
+    assert outcome.hits[0].content.startswith("My dog")
+    assert outcome.hits[0].breakdown["keyword"] == 0
+
+
+def test_expired_archived_and_foreign_memories_are_never_returned(
+    agent, other_agent, tenant, other_tenant, make_agent
+):
+    expired, archived, kept = store(
+        agent, "zebra crossing one", "zebra crossing two", "zebra crossing three"
+    )
+    Memory.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    Memory.objects.filter(pk=archived.pk).update(archived_at=timezone.now())
+    store(other_agent, "zebra crossing of another agent")
+    store(make_agent(other_tenant, name="Atlas"), "zebra crossing of another tenant")
+
+    hits = memories_search(agent=agent, query="zebra crossing", top_k=50).hits
+
+    assert [h.id for h in hits if h.source == AGENT_MEMORY] == [kept.pk]
+
+
+def test_filters_narrow_to_tags_metadata_session_and_type(agent):
+    store(agent, "deploy the api", tags=["ops"], metadata={"team": "red"})
+    store(agent, "deploy the web app", tags=["ops", "web"], metadata={"team": "blue"})
+    store(agent, "deploy the docs", session="s2")
+
+    def found(filters):
+        return {
+            h.content
+            for h in memories_search(agent=agent, query="deploy", top_k=10, filters=filters).hits
+        }
+
+    assert found(SearchFilters(tags=("web",))) == {"deploy the web app"}
+    assert found(SearchFilters(metadata={"team": "red"})) == {"deploy the api"}
+    assert found(SearchFilters(session_id="s2")) == {"deploy the docs"}
+
+
+def test_filters_that_remove_most_rows_still_give_the_exact_top_k(agent):
+    noise = [f"routine status update number {i}" for i in range(300)]
+    store(agent, *noise, session="noise")
+    rare = store(
+        agent,
+        *[f"status update {i} about the migration" for i in range(8)],
+        session="rare",
+        tags=["rare"],
+    )
+
+    hits = memories_search(
+        agent=agent,
+        query="status update",
+        top_k=5,
+        filters=SearchFilters(tags=("rare",)),
+        weights=SearchWeights(1, 0, 0, 0),
+    ).hits
+
+    assert len(hits) == 5
+    assert {h.id for h in hits} <= {m.pk for m in rare}
+
+
+def test_duplicates_by_content_collapse_to_the_best_scored_copy(agent, tenant):
+    store(agent, "The release is frozen until Monday.", start=timezone.now(), importance=0.9)
+    event_append(
+        tenant=tenant,
+        kind="note",
+        actor="Atlas",
+        payload={"text": "The release is frozen until Monday."},
+    )
+
+    hits = memories_search(agent=agent, query="release frozen", top_k=10).hits
+
+    same = [h for h in hits if h.content == "The release is frozen until Monday."]
+    assert len(same) == 1
+    assert same[0].source == AGENT_MEMORY
+
+
+def test_the_threshold_drops_candidates_with_weak_evidence(agent):
+    store(agent, "Quantum chromodynamics lecture notes.", "Grocery list: milk and eggs.")
+
+    strict = memories_search(agent=agent, query="milk", threshold=0.99, top_k=10).hits
+    loose = memories_search(agent=agent, query="milk", threshold=-1.0, top_k=10).hits
+
+    assert [h.content for h in strict] == ["Grocery list: milk and eggs."]  # the keyword match
+    assert len(loose) == 2
+
+
+def test_the_ledger_sources_hold_what_the_agent_may_see(agent, tenant):
+    event_append(
+        tenant=tenant, kind="note", actor="Atlas", payload={"text": "invoice sent to Globex"}
+    )
+    event_append(
+        tenant=tenant, kind="note", actor="Binky", payload={"text": "invoice secret of Binky"}
+    )
+    event_append(
+        tenant=tenant,
+        kind="workflow.step_completed",
+        actor="Atlas",
+        payload={"text": "invoice step finished"},
+    )
+
+    hits = memories_search(agent=agent, query="invoice", top_k=10).hits
+
+    by_source = {(h.source, h.content) for h in hits}
+    assert (AUDIT_LOG, "invoice sent to Globex") in by_source
+    assert (WORKFLOW_STEPS, "invoice step finished") in by_source
+    assert not any("Binky" in content for _, content in by_source)
+
+
+def test_without_an_embedder_keywords_alone_rank(agent, no_embedder):
+    store(agent, "the sprint retro is on Thursday", "unrelated words here")
+
+    outcome = memories_search(agent=agent, query="when is the retro?")
+
+    assert not outcome.semantic
+    assert [h.content for h in outcome.hits] == ["the sprint retro is on Thursday"]
+
+
+@pytest.mark.parametrize("query", ["%_%", "' OR 1=1 --", "back\\slash", "a | b & !c", "(:*)"])
+def test_queries_with_sql_or_tsquery_syntax_are_plain_text(agent, query):
+    store(agent, f"literal {query} text")
+
+    outcome = memories_search(agent=agent, query=query, top_k=5)
+
+    assert outcome.hits is not None
+
+
+# --- the API -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(tenant, agent, api_as):
+    return api_as(tenant, role=Role.AGENT, agent=agent)
+
+
+def test_search_over_the_api(client, agent):
+    store(agent, "Dana approved the $4,000 budget.")
+
+    response = client.post(
+        "/api/v1/memories/search/", {"query": "budget approval", "top_k": 3}, format="json"
+    )
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["results"][0]["content"] == "Dana approved the $4,000 budget."
+    assert body["results"][0]["details"]["session_id"] == "s1"
+    assert body["semantic"] is True
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"query": "   "}, "empty_query"),
+        ({"query": "x", "top_k": 0}, "invalid_top_k"),
+        ({"query": "x", "top_k": 51}, "invalid_top_k"),
+        ({"query": "x", "sources": ["agent_memory", "email"]}, "invalid_source"),
+        ({"query": "x", "filters": {"tags": "ops"}}, "invalid_filters"),
+        ({"query": "x", "filters": {"colour": "red"}}, "invalid_filters"),
+        ({"query": "x", "filters": []}, "invalid_filters"),
+        ({"query": "x", "weights": {"similarity": -1}}, "invalid_weights"),
+        ({"query": "x", "weights": {"luck": 1}}, "invalid_weights"),
+        ({"query": "x", "threshold": 2}, "invalid_threshold"),
+    ],
+)
+def test_bad_search_input_is_a_400_with_a_code(client, body, code):
+    response = client.post("/api/v1/memories/search/", body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
+
+
+def test_an_agent_key_cannot_search_as_another_agent(client, other_agent):
+    store(other_agent, "Binky's private plan")
+
+    response = client.post(
+        "/api/v1/memories/search/", {"agent": "Binky", "query": "plan"}, format="json"
+    )
+
+    assert response.status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_returned_memories_get_retrieval_statistics_from_the_worker_and_a_rebuild_keeps_them(
+    tenant, agent, celery_worker
+):
+    from ledger.models import Event
+    from ledger.projections import projection_rebuild
+    from memory.projections import MemoryProjection
+
+    found, _ = store(agent, "the vault code is 1234", "nothing to see", start=timezone.now())
+
+    memories_search(agent=agent, query="vault code", top_k=1)
+
+    deadline = time.monotonic() + 15
+    while Memory.objects.get(pk=found.pk).retrieval_count == 0:
+        assert time.monotonic() < deadline, "the worker did not record the retrieval"
+        time.sleep(0.05)
+    marked = Memory.objects.get(pk=found.pk)
+    assert marked.last_retrieved_at is not None
+    assert Event.objects.filter(tenant=tenant, kind="memory.retrieved").count() == 1
+    Memory.objects.filter(pk=found.pk).update(retrieval_count=0, last_retrieved_at=None)
+
+    projection_rebuild(projection=MemoryProjection(), tenant=tenant)
+
+    rebuilt = Memory.objects.get(pk=found.pk)
+    assert (rebuilt.retrieval_count, rebuilt.last_retrieved_at) == (1, marked.last_retrieved_at)
