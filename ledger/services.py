@@ -97,13 +97,18 @@ def _payloads_as_stored(payloads: Sequence[dict[str, Any]]) -> list[Any]:
 def tenant_write_lock(tenant: Tenant) -> None:
     """Take the tenant's ledger lock for the rest of the transaction (re-entrant).
 
-    Appends take it; writers that change other shared rows of the tenant first (memory search
-    statistics) take it before them, so every such writer queues in one order and none deadlock.
+    Appends take it. Writers of a tenant's memories take it before they touch any row, so that
+    everyone who waits for a row lock already holds it and no two writers wait on each other.
     """
+    tenant_write_lock_id(tenant.pk)
+
+
+def tenant_write_lock_id(tenant_id: int) -> None:
+    """``tenant_write_lock`` by id; take several in ascending id order."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('agent-memory:ledger:' || %s, 0))",
-            [tenant.pk],
+            [tenant_id],
         )
 
 

@@ -1,7 +1,7 @@
 """Memory lifecycle services: importance decay, TTL expiry and the per-agent quota (SPEC 4).
 
-Each is set-based SQL over a bounded batch, safe to run twice or concurrently (rows are claimed
-with ``FOR UPDATE SKIP LOCKED`` and the conditions are re-checked by the UPDATE/DELETE itself),
+Each is set-based SQL over a bounded batch, safe to run twice or concurrently (the batch's
+tenants are locked first, and the conditions are re-checked by the UPDATE/DELETE itself),
 and records what it did as one ledger event per tenant per batch, in the same transaction.
 Call them in a loop until they return 0; the background-jobs issue schedules that.
 """
@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger.models import Tenant
-from ledger.services import event_append
+from ledger.services import event_append, tenant_write_lock_id
 from memory.models import MemoryKey
 from memory.search_index import search_documents_refresh_around
 
@@ -48,22 +48,48 @@ def _log_per_tenant(
         )
 
 
+def _claim(cursor: Any, select_sql: str, params: dict[str, Any]) -> list[int]:
+    """Pick a batch of candidate ids, then take their tenants' ledger locks in tenant order.
+
+    Every memory writer takes its tenant's ledger lock before it touches rows (the rule that keeps
+    the search statistics and the ledger free of deadlocks), so the jobs do too; the UPDATE or
+    DELETE that follows re-checks its condition, which makes concurrent runs act on a row once.
+    """
+    cursor.execute(select_sql, params)
+    rows = cursor.fetchall()
+    for tenant_id in sorted({int(row[1]) for row in rows}):
+        tenant_write_lock_id(tenant_id)
+    return [int(row[0]) for row in rows]
+
+
 def memories_decay(*, now: datetime | None = None, batch_size: int = 5000) -> int:
     """Archive active memories whose effective importance fell below 0.1. Returns rows archived."""
     moment = now or timezone.now()
-    params: dict[str, Any] = {"now": moment, "decay_base": DECAY_BASE, "week": SECONDS_PER_WEEK}
+    params: dict[str, Any] = {
+        "now": moment,
+        "decay_base": DECAY_BASE,
+        "week": SECONDS_PER_WEEK,
+        "threshold": ARCHIVE_BELOW,
+        "batch": batch_size,
+    }
     with transaction.atomic(), connection.cursor() as cursor:
+        ids = _claim(
+            cursor,
+            f"""
+            SELECT id, tenant_id FROM memory_memory
+            WHERE archived_at IS NULL AND {EFFECTIVE_IMPORTANCE_SQL} < %(threshold)s
+            ORDER BY id LIMIT %(batch)s
+            """,  # noqa: S608 (a constant expression; every value is a parameter)
+            params,
+        )
         cursor.execute(
             f"""
             UPDATE memory_memory SET archived_at = %(now)s
-            WHERE id IN (
-                SELECT id FROM memory_memory
-                WHERE archived_at IS NULL AND {EFFECTIVE_IMPORTANCE_SQL} < %(threshold)s
-                ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED
-            ) AND archived_at IS NULL
+            WHERE id = ANY(%(ids)s) AND archived_at IS NULL
+              AND {EFFECTIVE_IMPORTANCE_SQL} < %(threshold)s
             RETURNING id, tenant_id
             """,  # noqa: S608 (a constant expression; every value is a parameter)
-            {**params, "threshold": ARCHIVE_BELOW, "batch": batch_size},
+            {**params, "ids": ids},
         )
         rows = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
         _log_per_tenant(
@@ -82,16 +108,20 @@ def memories_expire(*, now: datetime | None = None, batch_size: int = 5000) -> i
     """
     moment = now or timezone.now()
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
+        ids = _claim(
+            cursor,
             """
-            DELETE FROM memory_memory
-            WHERE id IN (
-                SELECT id FROM memory_memory WHERE expires_at <= %(now)s
-                ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED
-            ) AND expires_at <= %(now)s
-            RETURNING tenant_id, agent_id, session_id, occurred_at, id
+            SELECT id, tenant_id FROM memory_memory WHERE expires_at <= %(now)s
+            ORDER BY id LIMIT %(batch)s
             """,
             {"now": moment, "batch": batch_size},
+        )
+        cursor.execute(
+            """
+            DELETE FROM memory_memory WHERE id = ANY(%(ids)s) AND expires_at <= %(now)s
+            RETURNING tenant_id, agent_id, session_id, occurred_at, id
+            """,
+            {"now": moment, "ids": ids},
         )
         positions = cursor.fetchall()
         # Neighbours whose keyword window held an expired memory get it recomputed.
@@ -116,7 +146,8 @@ def memories_enforce_quota(
         "batch": batch_size,
     }
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
+        ids = _claim(
+            cursor,
             f"""
             WITH over AS (
                 SELECT agent_id, count(*) - %(quota)s AS excess FROM memory_memory
@@ -125,20 +156,24 @@ def memories_enforce_quota(
                 GROUP BY agent_id HAVING count(*) > %(quota)s
             ),
             ranked AS (
-                SELECT m.id, row_number() OVER (
+                SELECT m.id, m.tenant_id, row_number() OVER (
                     PARTITION BY m.agent_id ORDER BY {EFFECTIVE_IMPORTANCE_SQL}, m.id
                 ) AS position, over.excess
                 FROM memory_memory AS m JOIN over USING (agent_id)
                 WHERE m.archived_at IS NULL
                   AND (m.expires_at IS NULL OR m.expires_at > %(now)s)
             )
-            UPDATE memory_memory SET archived_at = %(now)s
-            WHERE id IN (
-                SELECT id FROM ranked WHERE position <= excess ORDER BY id LIMIT %(batch)s
-            ) AND archived_at IS NULL
-            RETURNING id, tenant_id
+            SELECT id, tenant_id FROM ranked WHERE position <= excess ORDER BY id LIMIT %(batch)s
             """,  # noqa: S608 (a constant expression; every value is a parameter)
             params,
+        )
+        cursor.execute(
+            """
+            UPDATE memory_memory SET archived_at = %(now)s
+            WHERE id = ANY(%(ids)s) AND archived_at IS NULL
+            RETURNING id, tenant_id
+            """,
+            {"now": moment, "ids": ids},
         )
         rows = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
         _log_per_tenant(

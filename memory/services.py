@@ -275,6 +275,7 @@ def memory_delete(*, memory: Memory, actor: str, reason: str = "") -> None:
     The ``memory.deleted`` event records that it happened, never what it said.
     """
     with transaction.atomic():
+        tenant_write_lock(memory.tenant)
         event_append(
             tenant=memory.tenant,
             kind="memory.deleted",
@@ -377,6 +378,7 @@ def memories_mark_retrieved(*, tenant: Tenant, memory_ids: Sequence[int], at: da
     memories still existed to be marked.
     """
     with transaction.atomic(), connection.cursor() as cursor:
+        tenant_write_lock(tenant)
         cursor.execute(
             """
             UPDATE memory_memory

@@ -371,3 +371,31 @@ def test_returned_memories_get_retrieval_statistics_from_the_worker_and_a_rebuil
 
     rebuilt = Memory.objects.get(pk=found.pk)
     assert (rebuilt.retrieval_count, rebuilt.last_retrieved_at) == (1, marked.last_retrieved_at)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_in_one_session_neither_deadlock_nor_skew_the_statistics(
+    agent, other_agent
+):
+    from memory.lifecycle import memories_decay
+    from tests.concurrency import run_concurrently
+
+    seeded = store(agent, *[f"seed {i} shared words apples" for i in range(12)])
+
+    def work(index: int) -> None:
+        if index == 3:
+            memories_decay(now=timezone.now() + timedelta(days=3650))
+        elif index == 2:
+            memory_delete(memory=Memory.objects.get(pk=seeded[4].pk), actor="system")
+        else:
+            for round_ in range(4):
+                store(
+                    agent,
+                    f"writer {index} round {round_} shared words pears",
+                    start=DAY + timedelta(minutes=5, seconds=index * 10 + round_),
+                )
+
+    run_concurrently(work, 4)
+
+    assert stats_kept(agent) == stats_recounted(agent)
+    assert Memory.objects.filter(agent=agent).count() == 12 - 1 + 8
