@@ -80,6 +80,15 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("FASTEMBED_CACHE_PATH", tempfile.mkdtemp(prefix="fastembed-empty-"))
 
 import numpy as np  # type: ignore[import-not-found, unused-ignore]
+from _locomo import (
+    CATEGORIES,
+    DEFAULT_DATA,
+    Conversation,
+    Question,
+    Turn,
+    limit_questions,
+    load_locomo,
+)
 
 # numpy is the one hard dependency. The project's own environment may not have it, so mypy
 # must pass with or without it: the alias is an annotation-only string, and every optional
@@ -92,19 +101,6 @@ def _module(name: str) -> Any:
     return importlib.import_module(name)
 
 
-# shared/ lies beside the repository: /work/main/bench/this.py -> /work/shared/data/...
-_DATA_CANDIDATES = [
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json",
-    Path("/work/shared/data/locomo-dev.json"),
-]
-DEFAULT_DATA = next((p for p in _DATA_CANDIDATES if p.is_file()), _DATA_CANDIDATES[0])
-CATEGORIES: dict[int, str] = {
-    1: "multi-hop",
-    2: "temporal",
-    3: "open-domain",
-    4: "single-hop",
-    5: "adversarial",
-}
 RENDERINGS = ("plain", "dated")
 WEIGHTS = [round(0.1 * i, 1) for i in range(11)]
 RRF_K = 60
@@ -114,122 +110,11 @@ LATENCY_ROUNDS = 3
 BATCH = 32
 THROUGHPUT_N = 512
 
-# --------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------
 
-
-@dataclass
-class Turn:
-    dia_id: str
-    speaker: str
-    text: str
-    date: str
-
-    def render(self, how: str) -> str:
-        if how == "plain":
-            return self.text
-        return f"[{self.date}] {self.speaker}: {self.text}"
-
-
-@dataclass
-class Question:
-    conv: str
-    text: str
-    category: int
-    evidence: list[str]
-
-
-@dataclass
-class Conversation:
-    sample_id: str
-    turns: list[Turn]
-    questions: list[Question] = field(default_factory=list)
-
-
-@dataclass
-class EvidenceReport:
-    """What was done to malformed evidence lists (the data README asks for this)."""
-
-    empty_questions: int = 0
-    split: list[str] = field(default_factory=list)
-    repaired: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    questions_without_evidence: int = 0
-
-    def lines(self) -> list[str]:
-        return [
-            f"questions with an empty evidence list, skipped: {self.empty_questions}",
-            f"packed ids split on ';' / ',' / whitespace: {self.split or 'none'}",
-            f"ids repaired (D:11:26 -> D11:26, leading zeros D30:05 -> D30:5): "
-            f"{self.repaired or 'none'}",
-            f"ids dropped (unparseable or not a turn of that conversation): "
-            f"{self.dropped or 'none'}",
-            f"questions left with no valid evidence after that, skipped: "
-            f"{self.questions_without_evidence}",
-        ]
-
-
-_ID_RE = re.compile(r"^D:?(\d+):0*(\d+)$")
-
-
-def _normalise_id(raw: str) -> str | None:
-    m = _ID_RE.match(raw.strip())
-    if not m:
-        return None
-    return f"D{int(m.group(1))}:{int(m.group(2))}"
-
-
-def load_locomo(path: Path) -> tuple[list[Conversation], EvidenceReport]:
-    data = json.loads(path.read_text())
-    report = EvidenceReport()
-    convs: list[Conversation] = []
-    for item in data:
-        c = item["conversation"]
-        sessions = sorted(
-            (int(k.split("_")[1]) for k in c if re.fullmatch(r"session_\d+", k)),
-        )
-        turns: list[Turn] = []
-        for n in sessions:
-            date = c.get(f"session_{n}_date_time", "")
-            for t in c[f"session_{n}"]:
-                turns.append(Turn(t["dia_id"], t["speaker"], t["text"], date))
-        ids = {t.dia_id for t in turns}
-        conv = Conversation(item["sample_id"], turns)
-        for q in item["qa"]:
-            raw_list: list[str] = list(q.get("evidence") or [])
-            if not raw_list:
-                report.empty_questions += 1
-                continue
-            ev: list[str] = []
-            for raw in raw_list:
-                parts = [p for p in re.split(r"[;,\s]+", raw) if p]
-                if len(parts) > 1:
-                    report.split.append(f"{conv.sample_id}:{raw!r}")
-                for p in parts:
-                    norm = _normalise_id(p)
-                    if norm is not None and norm != p:
-                        report.repaired.append(f"{conv.sample_id}:{p!r}->{norm}")
-                    if norm is None or norm not in ids:
-                        report.dropped.append(f"{conv.sample_id}:{p!r}")
-                        continue
-                    if norm not in ev:
-                        ev.append(norm)
-            if not ev:
-                report.questions_without_evidence += 1
-                continue
-            conv.questions.append(Question(conv.sample_id, q["question"], int(q["category"]), ev))
-        convs.append(conv)
-    return convs, report
-
-
-def limit_questions(convs: list[Conversation], n: int | None) -> None:
-    """Keep the first n questions overall, spread evenly over the conversations."""
-    if not n:
-        return
-    per = max(1, n // len(convs))
-    for c in convs:
-        c.questions = c.questions[:per]
+def render(turn: Turn, how: str) -> str:
+    if how == "plain":
+        return turn.text
+    return f"[{turn.date}] {turn.speaker}: {turn.text}"
 
 
 # --------------------------------------------------------------------------------------
@@ -917,7 +802,7 @@ def evaluate(convs: list[Conversation], scores: Scores) -> Evaluation:
 def bm25_scores(convs: list[Conversation], rendering: str) -> Scores:
     out: Scores = {}
     for c in convs:
-        index = BM25([t.render(rendering) for t in c.turns])
+        index = BM25([render(t, rendering) for t in c.turns])
         out[c.sample_id] = (
             np.stack([index.scores(q.text) for q in c.questions])
             if c.questions
@@ -988,7 +873,7 @@ def worker(name: str, convs: list[Conversation], speed_only: bool = False) -> di
         rounds.append((statistics.median(lat), lat[math.ceil(0.95 * len(lat)) - 1]))
     res["lat_ms_median"], res["lat_ms_p95"] = min(rounds)
     res["lat_rounds"] = rounds
-    long_texts = [t.render("dated") for cv in convs for t in cv.turns][:100]
+    long_texts = [render(t, "dated") for cv in convs for t in cv.turns][:100]
     lat = []
     for s in long_texts:
         t = time.perf_counter()
@@ -1000,7 +885,7 @@ def worker(name: str, convs: list[Conversation], speed_only: bool = False) -> di
     # throughput, batch 32, 512 conversation turns (dated rendering, the longer one), in
     # corpus order and sorted by length (fewer pad tokens: what a bulk re-index would do);
     # best of LATENCY_ROUNDS passes each, for the same reason as above.
-    turns = [t.render("dated") for cv in convs for t in cv.turns][:THROUGHPUT_N]
+    turns = [render(t, "dated") for cv in convs for t in cv.turns][:THROUGHPUT_N]
     emb.embed_docs(turns[:BATCH])
     for key, texts in (("batch32", turns), ("batch32_sorted", sorted(turns, key=len))):
         best = math.inf
@@ -1031,7 +916,7 @@ def worker(name: str, convs: list[Conversation], speed_only: bool = False) -> di
             ]
         )
         for r in RENDERINGS:
-            docs = [tt.render(r) for tt in cv.turns]
+            docs = [render(tt, r) for tt in cv.turns]
             dv = np.concatenate(
                 [emb.embed_docs(docs[i : i + BATCH]) for i in range(0, len(docs), BATCH)]
             )

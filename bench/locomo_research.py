@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import re
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
+from _locomo import CATEGORIES, DEFAULT_DATA, Conversation, Turn, load_locomo
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -50,147 +50,11 @@ if str(ROOT) not in sys.path:
 
 Array: TypeAlias = "np.ndarray[Any, Any]"
 
-_DATA_CANDIDATES = [
-    ROOT.parent / "shared" / "data" / "locomo-dev.json",
-    Path("/work/shared/data/locomo-dev.json"),
-]
-DEFAULT_DATA = next((p for p in _DATA_CANDIDATES if p.is_file()), _DATA_CANDIDATES[0])
 DEFAULT_CACHE = Path(os.environ.get("LOCOMO_CACHE", "/work/locomo-research/cache"))
-CATEGORIES: dict[int, str] = {
-    1: "multi-hop",
-    2: "temporal",
-    3: "open-domain",
-    4: "single-hop",
-    5: "adversarial",
-}
-
-# --------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Turn:
-    index: int  # position in the conversation
-    dia_id: str
-    session: int
-    speaker: str
-    text: str
-    date: str
-    caption: str
-
-
-@dataclass
-class Question:
-    conv: str
-    text: str
-    category: int
-    evidence: list[str]
-
-
-@dataclass
-class Conversation:
-    sample_id: str
-    speakers: tuple[str, str]
-    turns: list[Turn]
-    summaries: dict[int, str]
-    questions: list[Question] = field(default_factory=list)
-
-
-@dataclass
-class EvidenceReport:
-    empty: int = 0
-    split: list[str] = field(default_factory=list)
-    repaired: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    no_valid_evidence: int = 0
-
-    def lines(self) -> list[str]:
-        return [
-            f"questions with an empty evidence list, skipped: {self.empty}",
-            f"packed ids split on ';' ',' or spaces: {self.split or 'none'}",
-            f"ids repaired (D:11:26 -> D11:26, D30:05 -> D30:5): {self.repaired or 'none'}",
-            f"ids dropped (unparseable or no such turn): {self.dropped or 'none'}",
-            f"questions left without valid evidence, skipped: {self.no_valid_evidence}",
-        ]
-
-
-_ID_RE = re.compile(r"^D:?(\d+):0*(\d+)$")
-
-
-def _normalise_id(raw: str) -> str | None:
-    m = _ID_RE.match(raw.strip())
-    return f"D{int(m.group(1))}:{int(m.group(2))}" if m else None
-
-
-def _clean_caption(caption: str) -> str:
-    return re.sub(r"^a (photo|photography|picture|image) of\s+", "", caption.strip())
-
-
-def load_locomo(path: Path) -> tuple[list[Conversation], EvidenceReport]:
-    data = json.loads(path.read_text())
-    report = EvidenceReport()
-    convs: list[Conversation] = []
-    for item in data:
-        c = item["conversation"]
-        sessions = sorted(int(k.split("_")[1]) for k in c if re.fullmatch(r"session_\d+", k))
-        turns: list[Turn] = []
-        for n in sessions:
-            date = c.get(f"session_{n}_date_time", "")
-            for t in c[f"session_{n}"]:
-                turns.append(
-                    Turn(
-                        len(turns),
-                        t["dia_id"],
-                        n,
-                        t["speaker"],
-                        t["text"],
-                        date,
-                        _clean_caption(t.get("blip_caption", "")),
-                    )
-                )
-        summaries = {
-            int(k.split("_")[1]): v for k, v in (item.get("session_summary") or {}).items()
-        }
-        ids = {t.dia_id for t in turns}
-        conv = Conversation(item["sample_id"], (c["speaker_a"], c["speaker_b"]), turns, summaries)
-        for q in item["qa"]:
-            raw_list: list[str] = list(q.get("evidence") or [])
-            if not raw_list:
-                report.empty += 1
-                continue
-            ev: list[str] = []
-            for raw in raw_list:
-                parts = [p for p in re.split(r"[;,\s]+", raw) if p]
-                if len(parts) > 1:
-                    report.split.append(f"{conv.sample_id}:{raw!r}")
-                for p in parts:
-                    norm = _normalise_id(p)
-                    if norm is not None and norm != p:
-                        report.repaired.append(f"{conv.sample_id}:{p!r}->{norm}")
-                    if norm is None or norm not in ids:
-                        report.dropped.append(f"{conv.sample_id}:{p!r}")
-                        continue
-                    if norm not in ev:
-                        ev.append(norm)
-            if not ev:
-                report.no_valid_evidence += 1
-                continue
-            conv.questions.append(Question(conv.sample_id, q["question"], int(q["category"]), ev))
-        convs.append(conv)
-    return convs, report
-
 
 # --------------------------------------------------------------------------------------------
 # Renderings: the text indexed for one turn (= one memory)
 # --------------------------------------------------------------------------------------------
-
-
-def _line(t: Turn, caption: bool = True) -> str:
-    s = f"{t.speaker}: {t.text}"
-    if caption and t.caption:
-        s += f" [shares a photo of {t.caption}]"
-    return s
 
 
 def _neighbour(turns: Sequence[Turn], i: int, step: int) -> Turn | None:
@@ -210,14 +74,14 @@ def render(turns: Sequence[Turn], i: int, how: str) -> str:
     if how == "dated":
         return f"[{t.date}] {t.speaker}: {t.text}"
     if how == "cap":
-        return _line(t)
+        return t.line()
     if how == "dated_cap":
-        return f"[{t.date}] {_line(t)}"
+        return f"[{t.date}] {t.line()}"
     if how in ("ctx_prev", "ctx_next", "ctx1", "ctx2"):
         before = {"ctx_prev": 1, "ctx_next": 0, "ctx1": 1, "ctx2": 2}[how]
         after = {"ctx_prev": 0, "ctx_next": 1, "ctx1": 1, "ctx2": 2}[how]
         parts = [
-            _line(n)
+            n.line()
             for step in range(-before, after + 1)
             if (n := _neighbour(turns, i, step)) is not None
         ]
