@@ -13,8 +13,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def django_setup() -> None:
+def django_setup(data_dir: Path | None = None) -> None:
+    """Django on the embedded servers of ``data_dir`` (default: $AGENT_MEMORY_DATA_DIR, else
+    var/bench), started if need be, with the schema migrated."""
     sys.path.insert(0, str(ROOT))
+    if data_dir is not None:
+        os.environ["AGENT_MEMORY_DATA_DIR"] = str(data_dir)
     os.environ.setdefault("AGENT_MEMORY_DATA_DIR", str(ROOT / "var" / "bench"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")

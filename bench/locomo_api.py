@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""LoCoMo dev retrieval through the real service: HTTP in, HTTP out (issue 4).
+
+    python bench/locomo_api.py                        # 5 conversations, 997 questions, two passes
+    python bench/locomo_api.py --limit-questions 100 --conversations conv-26   # a quick look
+
+Starts a private stack under var/bench-locomo-api (embedded PostgreSQL + Redis, migrations,
+gunicorn serving config.wsgi on a free local port; see bench/_service.py), makes a tenant and an
+admin API key through the services, then only speaks HTTP:
+
+* one agent per conversation (POST /api/v1/agents/);
+* each turn one memory (POST /api/v1/memories/batch/, one batch per conversation): content = the
+  turn text plus " [shares a photo of <caption>]" when the turn has an image, session_id = the
+  session, occurred_at = the session's date and time, metadata = {"speaker", "dia_id"};
+* each question one search (POST /api/v1/memories/search/, top_k 10) of its conversation's
+  agent; the ranking is the returned list, an agent_memory hit counting as the turn named by its
+  details.metadata.dia_id and any other source's hit as a miss in its place.
+
+Two passes: the service's default weights, and relevance only (similarity 1, recency, importance
+and source priority 0). Metrics as in docs/retrieval-research.md (same evidence clean-up, printed
+below): R@1/5/10, MRR, nDCG@10, overall and per category; latency is the client's HTTP round trip
+(query embedding included), next to the server's own took_ms. Targets: R@10 >= 0.80, p95 <= 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _locomo import (
+    CATEGORIES,
+    DEFAULT_DATA,
+    METRICS,
+    Conversation,
+    MetricSums,
+    limit_questions,
+    load_locomo,
+    ranking_metrics,
+)
+from _service import ApiClient, service_stack
+from _setup import ROOT, percentile
+
+# Measured on this file by others (data README, docs/retrieval-research.md): printed for context.
+BASELINES_R10 = (
+    ("BM25 over turn text", 0.573),
+    ('BM25 over "[date] speaker: text"', 0.616),
+    ("DRAGON (LoCoMo paper, dialog level, its own 50-conversation set)", 0.675),
+)
+TARGET_R10 = 0.80
+TARGET_P95_MS = 50.0
+TOP_K = 10
+WARM_UP_QUERIES = 5
+RELEVANCE_ONLY: dict[str, float] = {
+    "similarity": 1,
+    "recency": 0,
+    "importance": 0,
+    "source_priority": 0,
+}
+
+
+def memory_drafts(conv: Conversation) -> list[dict[str, Any]]:
+    drafts = []
+    for session in conv.sessions:
+        for turn in session.turns:
+            draft: dict[str, Any] = {
+                "content": turn.with_caption(),
+                "session_id": f"session_{session.number}",
+                "metadata": {"speaker": turn.speaker, "dia_id": turn.dia_id},
+            }
+            if session.when is not None:
+                draft["occurred_at"] = session.when.isoformat()
+            drafts.append(draft)
+    return drafts
+
+
+def expect(status: int, body: Any, wanted: int, what: str) -> None:
+    if status != wanted:
+        raise SystemExit(f"{what}: HTTP {status} (expected {wanted}): {body}")
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: int
+    name: str
+
+
+def load_conversation(api: ApiClient, conv: Conversation, batch: int) -> tuple[Agent, float]:
+    """Create the conversation's agent and store its turns; returns it and the seconds taken."""
+    name = f"locomo-{conv.sample_id}"
+    status, body, _ = api.post("/api/v1/agents/", {"name": name})
+    expect(status, body, 201, f"creating agent {name}")
+    agent = Agent(int(body["id"]), name)
+    drafts = memory_drafts(conv)
+    started = time.perf_counter()
+    for offset in range(0, len(drafts), batch):
+        chunk = drafts[offset : offset + batch]
+        status, body, _ = api.post("/api/v1/memories/batch/", {"agent": name, "memories": chunk})
+        expect(status, body, 201, f"storing {len(chunk)} memories of {name}")
+        if len(body["memories"]) != len(chunk):
+            raise SystemExit(f"{name}: stored {len(body['memories'])} of {len(chunk)} memories")
+    return agent, time.perf_counter() - started
+
+
+@dataclass
+class PassResult:
+    name: str
+    overall: MetricSums = field(default_factory=MetricSums)
+    per_category: dict[int, MetricSums] = field(
+        default_factory=lambda: {k: MetricSums() for k in CATEGORIES}
+    )
+    client_ms: list[float] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
+    other_sources: int = 0  # hits in the top 10 that were not agent memories
+    without_dia_id: int = 0  # agent-memory hits whose metadata had no dia_id (should be 0)
+    not_semantic: int = 0  # answers that say the embedder was not used
+    candidates: list[int] = field(default_factory=list)  # server-side candidates per search
+
+
+def search_body(agent: Agent, query: str, weights: dict[str, float] | None) -> dict[str, Any]:
+    # The contract names the agent by id; the endpoint as written reads its name, like the rest
+    # of the memory API. Both are sent (a serializer ignores fields it does not know).
+    body: dict[str, Any] = {
+        "agent_id": agent.id,
+        "agent": agent.name,
+        "query": query,
+        "top_k": TOP_K,
+    }
+    if weights is not None:
+        body["weights"] = weights
+    return body
+
+
+def run_pass(
+    api: ApiClient,
+    convs: list[Conversation],
+    agents: dict[str, Agent],
+    name: str,
+    weights: dict[str, float] | None,
+) -> PassResult:
+    result = PassResult(name)
+    questions = [(conv, q) for conv in convs for q in conv.questions]
+    for conv, q in questions[:WARM_UP_QUERIES]:
+        status, body, _ = api.post(
+            "/api/v1/memories/search/", search_body(agents[conv.sample_id], q.text, weights)
+        )
+        expect(status, body, 200, "warm-up search")
+    for conv, q in questions:
+        status, body, elapsed = api.post(
+            "/api/v1/memories/search/", search_body(agents[conv.sample_id], q.text, weights)
+        )
+        expect(status, body, 200, f"search {q.text!r}")
+        result.client_ms.append(elapsed)
+        result.server_ms.append(float(body["took_ms"]))
+        result.not_semantic += not body.get("semantic", True)
+        if "candidates" in body:
+            result.candidates.append(int(body["candidates"]))
+        ranked: list[str | None] = []
+        for hit in body["results"]:
+            if hit["source"] != "agent_memory":
+                result.other_sources += 1
+                ranked.append(None)
+                continue
+            dia_id = ((hit.get("details") or {}).get("metadata") or {}).get("dia_id")
+            result.without_dia_id += dia_id is None
+            ranked.append(dia_id)
+        values = ranking_metrics(ranked, q.evidence)
+        result.overall.add(values)
+        result.per_category[q.category].add(values)
+    return result
+
+
+def metric_row(label: str, sums: MetricSums) -> str:
+    cells = " | ".join(f"{sums.mean(key):.3f}" if sums.n else "  -  " for key in METRICS)
+    return f"| {label:22} | {sums.n:4} | {cells} |"
+
+
+def report(result: PassResult, weights: dict[str, float] | None) -> None:
+    print(f"\n## {result.name}: weights {weights or 'service defaults'}")
+    print(f"| {'questions':22} |    n | R@1   | R@5   | R@10  | MRR   | nDCG@10 |")
+    print(f"|{'-' * 24}|------|-------|-------|-------|-------|---------|")
+    print(metric_row("all", result.overall))
+    for number, label in CATEGORIES.items():
+        print(metric_row(f"{number} {label}", result.per_category[number]))
+    client, server = result.client_ms, result.server_ms
+    print(
+        f"search latency over {len(client)} questions: client round trip p50 "
+        f"{statistics.median(client):.1f} ms, p95 {percentile(client, 0.95):.1f} ms, max "
+        f"{max(client):.1f} ms; server took_ms p50 {statistics.median(server):.1f} ms, p95 "
+        f"{percentile(server, 0.95):.1f} ms"
+    )
+    if result.candidates:
+        print(
+            f"candidates ranked by the server per search: median "
+            f"{statistics.median(result.candidates):.0f}, max {max(result.candidates)}"
+        )
+    print(
+        f"hits from other sources in the top {TOP_K}: {result.other_sources}; agent-memory hits "
+        f"without a dia_id: {result.without_dia_id}; answers with semantic=false: "
+        f"{result.not_semantic}"
+    )
+    r10, p95 = result.overall.mean("r10"), percentile(client, 0.95)
+    print(
+        f"targets: R@10 {r10:.3f} {'>=' if r10 >= TARGET_R10 else '<'} {TARGET_R10:.2f} "
+        f"({'met' if r10 >= TARGET_R10 else 'NOT met'}); client p95 {p95:.1f} ms "
+        f"{'<=' if p95 <= TARGET_P95_MS else '>'} {TARGET_P95_MS:.0f} ms "
+        f"({'met' if p95 <= TARGET_P95_MS else 'NOT met'})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data-dir", type=Path, default=ROOT / "var" / "bench-locomo-api")
+    parser.add_argument("--conversations", help="comma-separated sample ids (default: all)")
+    parser.add_argument("--limit-questions", type=int, help="about N questions in all")
+    parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
+    parser.add_argument("--batch", type=int, default=1000, help="memories per batch request")
+    parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
+    args = parser.parse_args()
+
+    convs, evidence = load_locomo(args.data)
+    if args.conversations:
+        wanted = set(args.conversations.split(","))
+        convs = [c for c in convs if c.sample_id in wanted]
+    limit_questions(convs, args.limit_questions)
+    print(
+        f"LoCoMo dev: {len(convs)} conversations, {sum(len(c.turns) for c in convs)} turns, "
+        f"{sum(len(c.questions) for c in convs)} questions scored ({args.data})"
+    )
+    for line in evidence.lines():
+        print("  evidence:", line)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+    with service_stack(args.data_dir, workers=args.workers, keep=args.keep) as stack:
+        print(f"service: gunicorn gthread, {args.workers} worker(s), {stack.base_url}")
+        api = stack.client(stack.admin_key(slug="bench-locomo"))
+        agents: dict[str, Agent] = {}
+        stored, seconds = 0, 0.0
+        for conv in convs:
+            agents[conv.sample_id], took = load_conversation(api, conv, args.batch)
+            stored += len(conv.turns)
+            seconds += took
+        print(
+            f"stored {stored} memories through POST /api/v1/memories/batch/ in {seconds:.1f} s "
+            f"({stored / seconds:.0f} memories/s, embedding included)"
+        )
+        passes = [("default weights", None), ("relevance only", RELEVANCE_ONLY)]
+        results = []
+        for name, weights in passes:
+            result = run_pass(api, convs, agents, name, weights)
+            results.append(result)
+            report(result, weights)
+        api.close()
+    print("\nR@10 side by side:")
+    for result in results:
+        print(f"  service, {result.name:38} {result.overall.mean('r10'):.3f}")
+    for label, value in BASELINES_R10:
+        print(f"  baseline, {label:37} {value:.3f}")
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
