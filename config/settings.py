@@ -251,6 +251,8 @@ IDEMPOTENCY_RETENTION_HOURS = env_int("IDEMPOTENCY_RETENTION_HOURS", 24)
 MEMORY_MAX_CONTENT_CHARS = env_int("MEMORY_MAX_CONTENT_CHARS", 100_000)
 # Active memories one agent may keep; above it the least important are archived first.
 MEMORY_QUOTA_PER_AGENT = env_int("MEMORY_QUOTA_PER_AGENT", 10_000)
+# The longest body of one knowledge-base document, in characters.
+KB_MAX_BODY_CHARS = env_int("KB_MAX_BODY_CHARS", 200_000)
 
 # Search (SPEC 5): weights of similarity, recency, importance and source priority; candidates
 # with a cosine under the threshold and no keyword in common are dropped.

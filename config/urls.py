@@ -7,9 +7,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import views
 from ledger.urls import api_urls as ledger_api
+from memory.kb_urls import api_router as kb_api
 from memory.urls import api_router as memory_api
 
-api_v1 = [*ledger_api, *memory_api.urls]
+api_v1 = [*ledger_api, *memory_api.urls, *kb_api.urls]
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -9,9 +9,11 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from ledger.projections import projection_register
+        from memory.knowledge_projection import KnowledgeProjection
         from memory.projections import EventEmbeddingIndex, MemoryProjection
         from memory.working_memory import register_kinds
 
         projection_register(EventEmbeddingIndex())
         projection_register(MemoryProjection())
+        projection_register(KnowledgeProjection())
         register_kinds()

@@ -17,7 +17,8 @@ from rest_framework.test import APIClient
 from ledger.models import Agent, ApiKey, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.services import api_key_revoke
-from memory.models import Memory
+from memory.knowledge import DocumentFields, knowledge_document_create
+from memory.models import KnowledgeDocument, Memory
 from memory.services import MemoryDraft, memories_store
 from tests.ledger.test_chain import append_n
 
@@ -30,7 +31,8 @@ class Endpoint:
     path: str  # "{id}" is replaced by the id of the target object
     role: str
     body: dict | None = None
-    target: str | None = None  # what "{id}"/"{seq}" names: "agent", "api_key" or "event"
+    # What "{id}"/"{seq}" names: "agent", "api_key", "event", "memory" or "kb_document".
+    target: str | None = None
 
     def url(self, ids: dict[str, int]) -> str:
         if self.target is None:
@@ -82,6 +84,17 @@ ENDPOINTS = [
     ),
     Endpoint("post", "/api/v1/recall/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
     Endpoint("post", "/api/v1/reflections/", Role.AGENT, {"agent": "Creator1", "run_id": "r"}),
+    Endpoint("get", "/api/v1/kb/documents/", Role.AGENT),
+    Endpoint("post", "/api/v1/kb/documents/", Role.REVIEWER, {"title": "T", "body": "B"}),
+    Endpoint("get", "/api/v1/kb/documents/{id}/", Role.AGENT, target="kb_document"),
+    Endpoint(
+        "patch", "/api/v1/kb/documents/{id}/", Role.REVIEWER, {"title": "X"}, target="kb_document"
+    ),
+    Endpoint("delete", "/api/v1/kb/documents/{id}/", Role.ADMIN, target="kb_document"),
+    Endpoint("post", "/api/v1/kb/documents/{id}/publish/", Role.REVIEWER, target="kb_document"),
+    Endpoint("post", "/api/v1/kb/documents/{id}/unpublish/", Role.REVIEWER, target="kb_document"),
+    Endpoint("get", "/api/v1/kb/documents/{id}/chunks/", Role.AGENT, target="kb_document"),
+    Endpoint("post", "/api/v1/kb/search/", Role.AGENT, {"query": "handbook"}),
 ]
 # Endpoints that name an agent in the body rather than the path.
 AGENT_IN_BODY = [e for e in ENDPOINTS if e.body and e.body.get("agent") == "Creator1"]
@@ -102,7 +115,8 @@ def state_snapshot() -> tuple:
     return (
         list(Agent.objects.order_by("id").values_list("id", "name", "model")),
         list(ApiKey.objects.order_by("id").values_list("id", "revoked_at"))
-        + list(Memory.objects.order_by("id").values_list("id", "content", "importance")),
+        + list(Memory.objects.order_by("id").values_list("id", "content", "importance"))
+        + list(KnowledgeDocument.objects.order_by("id").values_list("id", "title", "published_at")),
         Event.objects.count(),
     )
 
@@ -115,11 +129,18 @@ def victim(tenant, make_agent, make_key) -> dict[str, int]:
     # Event seqs are numbered per tenant, so the target must lie beyond the intruder's own chain.
     events = append_n(tenant, 30)
     memory = memories_store(agent=agent, drafts=[MemoryDraft(content="private note")], actor="x")[0]
+    document = knowledge_document_create(
+        tenant=tenant,
+        fields=DocumentFields(title="Handbook", body="The handbook of acme."),
+        actor="x",
+        publish=True,
+    )
     return {
         "agent": agent.pk,
         "api_key": api_key.pk,
         "event": events[-1].seq,
         "memory": memory.pk,
+        "kb_document": document.pk,
     }
 
 
@@ -282,3 +303,14 @@ def test_search_never_returns_another_agents_memories_through_any_source(
 
     assert response.status_code == 200
     assert all("private note" not in hit["content"] for hit in response.json()["results"])
+
+
+def test_kb_search_never_returns_another_tenants_knowledge(victim, other_tenant, api_as):
+    intruder = api_as(other_tenant, role=Role.ADMIN)
+
+    found = intruder.post("/api/v1/kb/search/", {"query": "handbook acme"}, format="json")
+    listed = intruder.get("/api/v1/kb/documents/").json()["results"]
+
+    assert found.status_code == 200
+    assert found.json()["results"] == []
+    assert listed == []

@@ -1,0 +1,11 @@
+"""Routes of the knowledge base (included under /api/v1/ by config.urls)."""
+
+from __future__ import annotations
+
+from rest_framework.routers import SimpleRouter
+
+from memory.knowledge_api import KnowledgeDocumentViewSet, KnowledgeSearchViewSet
+
+api_router = SimpleRouter()
+api_router.register("kb/documents", KnowledgeDocumentViewSet, basename="kb-document")
+api_router.register("kb/search", KnowledgeSearchViewSet, basename="kb-search")
