@@ -95,6 +95,12 @@ ENDPOINTS = [
     Endpoint("post", "/api/v1/kb/documents/{id}/unpublish/", Role.REVIEWER, target="kb_document"),
     Endpoint("get", "/api/v1/kb/documents/{id}/chunks/", Role.AGENT, target="kb_document"),
     Endpoint("post", "/api/v1/kb/search/", Role.AGENT, {"query": "handbook"}),
+    Endpoint(
+        "post",
+        "/api/v1/context/",
+        Role.AGENT,
+        {"agent": "Creator1", "token_budget": 2000, "query": "private note"},
+    ),
 ]
 # Endpoints that name an agent in the body rather than the path.
 AGENT_IN_BODY = [e for e in ENDPOINTS if e.body and e.body.get("agent") == "Creator1"]
@@ -314,3 +320,16 @@ def test_kb_search_never_returns_another_tenants_knowledge(victim, other_tenant,
     assert found.status_code == 200
     assert found.json()["results"] == []
     assert listed == []
+
+
+def test_context_never_holds_another_agents_memories(tenant, victim, make_agent, api_as):
+    other_agent = make_agent(tenant, name="Reviewer1")
+    client = api_as(tenant, role=Role.AGENT, agent=other_agent)
+
+    response = client.post(
+        "/api/v1/context/", {"token_budget": 5000, "query": "private note"}, format="json"
+    )
+
+    assert response.status_code == 200
+    assert response.json()["memories"] == []
+    assert all("private note" not in m["content"] for m in response.json()["messages"])
