@@ -1,0 +1,955 @@
+#!/usr/bin/env python3
+"""Memory search at scale (issue 4): latency and filtered-vector recall over a million memories.
+
+    python bench/memory_scale.py                                    # full: 1,000,000 + 100 x 10,000
+    python bench/memory_scale.py --memories 20000 --agents 5 --per-agent 2000   # a few minutes
+
+Data: one agent with ``--memories`` memories plus ``--agents`` agents with ``--per-agent`` each, in
+one tenant, all synthetic: 384-d unit vectors drawn around ``--clusters`` random centres, and texts
+of 8-30 made-up words drawn from a Zipf-like distribution over a ``--vocabulary``-word vocabulary,
+a third of them from the topic words of the vector's cluster, so keyword and vector evidence
+agree the way they do in real text. Sessions of 20 memories, a speaker per memory, and the tag
+``flagged`` on one memory in ten (the filter that removes 90 %).
+
+Loading, each step timed: the HNSW index is dropped; rows go in with binary COPY (psycopg) straight
+into memory_memory with every NOT NULL column filled and search_vector NULL; the keyword documents
+are computed by the service's own memory.search_index.search_documents_refresh on a sample (its
+rate is printed and extrapolated) and by a set-based equivalent for the rest (same document,
+checked on a sample; BM25 statistics rebuilt in one statement per table); VACUUM ANALYZE; then the
+HNSW index is rebuilt from the model's definition (build time, pg_relation_size).
+
+Measured, each over ``--queries`` queries after a warm-up:
+
+* recall@10 against exact search (the same SQL with index scans off: a sequential scan) of
+  memory.selectors.memories_nearest for the big agent (no filter) and for the small agents (the
+  agent filter removes all but 1/(agents+1) of the rows), and of the search's semantic leg
+  (memory.search's SQL, top 100, first 10) with the tag filter on the big agent (removes 90 %);
+* the database part of a search: memory.search.memory_candidates_query plus its SQL, run as the
+  service runs it (p50/p95), per case;
+* the whole search over HTTP (POST /api/v1/memories/search/, client round trip, and took_ms).
+
+The small agents are the baseline measured in the same run: big/small ratios are printed.
+Targets: p95 <= 20 ms (database), <= 50 ms (API), recall@10 >= 0.95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import numpy as np
+from _service import ApiClient, Stack, service_stack
+from _setup import ROOT, percentile
+
+Array: TypeAlias = "np.ndarray[Any, Any]"
+
+DIMENSIONS = 384
+SESSION_LENGTH = 20
+WORDS_PER_MEMORY = (8, 30)
+TOPIC_SHARE = 1 / 3
+TOPIC_WORDS = 30
+TOPIC_DIMENSIONS = 24
+FLAG_TAG = "flagged"
+FLAG_SHARE = 0.10
+SPEAKERS = ("Avery", "Blake", "Casey", "Devon", "Emery", "Finley", "Harper", "Jordan")
+COPY_CHUNK = 50_000
+KEYWORD_CHUNK_SESSIONS = 2_500  # 50,000 memories per set-based UPDATE
+SERVICE_REFRESH_BATCH = 1_000
+TARGET_DB_P95_MS = 20.0
+TARGET_API_P95_MS = 50.0
+TARGET_RECALL = 0.95
+WARM_UP = 10
+NEAR_TIE = 0.01
+EF_SEARCH_SWEEP = (40, 100, 200, 400)
+K = 10
+
+COPY_COLUMNS = (
+    "tenant_id",
+    "agent_id",
+    "session_id",
+    "role",
+    "content",
+    "memory_type",
+    "importance",
+    "embedding",
+    "embedding_model",
+    "content_hash",
+    "metadata",
+    "tags",
+    "occurred_at",
+    "created_at",
+    "updated_at",
+    "expires_at",
+    "retrieval_count",
+    "search_length",
+)
+COPY_TYPES = (
+    "int8",
+    "int8",
+    "varchar",
+    "varchar",
+    "text",
+    "varchar",
+    "float8",
+    "vector",
+    "varchar",
+    "varchar",
+    "jsonb",
+    "varchar[]",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "int4",
+    "int4",
+)
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# --- synthetic data ----------------------------------------------------------------------------
+
+
+class Synthetic:
+    """Unit vectors around topics, each topic a low-dimensional patch of the sphere, and
+    Zipf-distributed texts whose topic words follow the vector's topic.
+
+    A vector is ``topic centre + 0.6 * (a point of the topic's own 24-d subspace) + 0.15 *
+    (isotropic noise)``, normalised: neighbours within a topic are graded (cosine about 0.5-0.9)
+    and other topics are far (about 0), like sentence embeddings, whose intrinsic dimension is
+    low. Pure isotropic noise in 384 dimensions would make all neighbours of a query nearly tied
+    and recall meaningless.
+    """
+
+    def __init__(self, *, clusters: int, vocabulary: list[str], seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        centres = self.rng.standard_normal((clusters, DIMENSIONS)).astype(np.float32)
+        self.centres = centres / np.linalg.norm(centres, axis=1, keepdims=True)
+        self.bases = self.rng.standard_normal((clusters, DIMENSIONS, TOPIC_DIMENSIONS)).astype(
+            np.float32
+        ) / math.sqrt(DIMENSIONS)
+        self.words = np.array(vocabulary, dtype=object)
+        ranks = np.arange(1, len(vocabulary) + 1, dtype=np.float64)
+        weights = 1.0 / (ranks + 2.7) ** 1.07  # Zipf-Mandelbrot, close to English word counts
+        self.cdf = np.cumsum(weights / weights.sum())
+        # Topic words: from the middle and the tail, so they are rarer than the common words.
+        self.topics = self.rng.integers(200, len(vocabulary), size=(clusters, TOPIC_WORDS))
+
+    def vectors(self, n: int) -> tuple[Array, Array]:
+        cluster = self.rng.integers(len(self.centres), size=n)
+        within = self.rng.standard_normal((n, TOPIC_DIMENSIONS)).astype(np.float32)
+        within /= math.sqrt(TOPIC_DIMENSIONS)
+        patch = np.empty((n, DIMENSIONS), dtype=np.float32)
+        for start in range(0, n, 1000):  # bases of 1,000 rows at a time: 37 MB, not gigabytes
+            part = slice(start, start + 1000)
+            patch[part] = np.einsum("nij,nj->ni", self.bases[cluster[part]], within[part])
+        noise = self.rng.standard_normal((n, DIMENSIONS)).astype(np.float32)
+        vectors = self.centres[cluster] + 0.6 * patch + (0.15 / math.sqrt(DIMENSIONS)) * noise
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors, cluster
+
+    def texts(self, cluster: Array, low: int, high: int) -> list[str]:
+        lengths = self.rng.integers(low, high + 1, size=len(cluster))
+        total = int(lengths.sum())
+        common = np.searchsorted(self.cdf, self.rng.random(total))
+        common = np.minimum(common, len(self.words) - 1)
+        owner = np.repeat(cluster, lengths)
+        topic = self.topics[owner, self.rng.integers(TOPIC_WORDS, size=total)]
+        ids = np.where(self.rng.random(total) < TOPIC_SHARE, topic, common)
+        words = self.words[ids]
+        ends = np.cumsum(lengths)
+        return [" ".join(words[end - n : end]) for end, n in zip(ends, lengths, strict=True)]
+
+
+def made_up_vocabulary(size: int, seed: int) -> list[str]:
+    """Pronounceable non-words (2-4 syllables), distinct, none an English stop word."""
+    rng = np.random.default_rng(seed)
+    onsets = [*"bdfgklmnprstvz", "br", "tr", "st", "ch", "sh", "pl", "gr", "kl"]
+    vowels = ["a", "e", "i", "o", "u", "ai", "ou", "ea"]
+    seen: set[str] = set()
+    words: list[str] = []
+    while len(words) < size:
+        syllables = int(rng.integers(2, 5))
+        word = "".join(
+            onsets[int(rng.integers(len(onsets)))] + vowels[int(rng.integers(len(vowels)))]
+            for _ in range(syllables)
+        )
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentRows:
+    id: int
+    name: str
+    count: int
+    prefix: str  # session ids are f"{prefix}{number:07d}"
+
+
+def raw_connection() -> Any:
+    import psycopg
+    from django.conf import settings
+    from pgvector.psycopg import register_vector
+
+    conn = psycopg.connect(
+        host=str(settings.EMBEDDED.socket_dir),
+        user="postgres",
+        dbname="agent_memory",
+        autocommit=True,
+    )
+    register_vector(conn)
+    return conn
+
+
+def check_copy_columns(conn: Any) -> None:
+    """Fail early if the table gained a NOT NULL column without a default that COPY would miss."""
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'memory_memory' "
+        "AND is_nullable = 'NO' AND column_default IS NULL AND is_identity = 'NO'"
+    ).fetchall()
+    missing = sorted({str(r[0]) for r in rows} - set(COPY_COLUMNS))
+    if missing:
+        raise SystemExit(f"memory_memory has NOT NULL columns this bench does not fill: {missing}")
+
+
+def copy_rows(
+    conn: Any, synthetic: Synthetic, tenant_id: int, agent: AgentRows, model: str
+) -> float:
+    """COPY the agent's memories in chunks; returns the seconds spent in COPY itself."""
+    from memory import policies
+
+    columns = ", ".join(COPY_COLUMNS)
+    created = datetime.now(UTC)
+    expires = policies.expires_at_default(memory_type=policies.CONVERSATION, created_at=created)
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    copy_seconds = 0.0
+    written = 0
+    while written < agent.count:
+        n = min(COPY_CHUNK, agent.count - written)
+        vectors, cluster = synthetic.vectors(n)
+        texts = synthetic.texts(cluster, *WORDS_PER_MEMORY)
+        flags = synthetic.rng.random(n) < FLAG_SHARE
+        speakers = synthetic.rng.integers(len(SPEAKERS), size=n)
+        importance = synthetic.rng.random(n)
+        rows = []
+        for i in range(n):
+            number = written + i
+            rows.append(
+                (
+                    tenant_id,
+                    agent.id,
+                    f"{agent.prefix}{number // SESSION_LENGTH:07d}",
+                    "user",
+                    texts[i],
+                    policies.CONVERSATION,
+                    float(importance[i]),
+                    vectors[i],
+                    model,
+                    policies.content_hash(texts[i]),
+                    json.dumps({"speaker": SPEAKERS[speakers[i]], "n": number}),
+                    [FLAG_TAG] if flags[i] else [],
+                    start + timedelta(minutes=number),
+                    created,
+                    created,
+                    expires,
+                    0,
+                    0,
+                )
+            )
+        started = time.perf_counter()
+        statement = f"COPY memory_memory ({columns}) FROM STDIN WITH (FORMAT BINARY)"
+        with conn.transaction(), conn.cursor() as cursor, cursor.copy(statement) as copy:
+            copy.set_types(list(COPY_TYPES))
+            for row in rows:
+                copy.write_row(row)
+        copy_seconds += time.perf_counter() - started
+        written += n
+    return copy_seconds
+
+
+# The keyword document of memory.search_index.REFRESH_SQL (its own dated line weighted A, then the
+# two lines before and after it in its session), for one agent's range of sessions at once: the
+# neighbours come from window functions instead of two index lookups per row. Chunks are whole
+# sessions, so no window crosses a chunk's edge. check_documents() compares the two on a sample,
+# so a change to the service's document shows up here as a mismatch.
+SET_BASED_DOCUMENTS_SQL = """
+WITH lines AS (
+    SELECT id, tenant_id, agent_id, session_id, occurred_at,
+           memory_search_line(metadata, role, content) AS line
+    FROM memory_memory
+    WHERE agent_id = %(agent)s AND session_id >= %(low)s AND session_id < %(high)s
+),
+windows AS (
+    SELECT id, occurred_at, line,
+           CASE WHEN session_id = '' THEN NULL
+                ELSE concat_ws(' ', lag(line, 2) OVER s, lag(line, 1) OVER s,
+                               lead(line, 1) OVER s, lead(line, 2) OVER s) END AS around
+    FROM lines
+    WINDOW s AS (PARTITION BY tenant_id, agent_id, session_id ORDER BY occurred_at, id)
+),
+documents AS (
+    SELECT id,
+        setweight(to_tsvector('english',
+            '[' || to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') || '] ' || line), 'A')
+        || to_tsvector('english', coalesce(around, '')) AS tsv
+    FROM windows
+)
+UPDATE memory_memory AS m
+SET search_vector = d.tsv,
+    search_length = (SELECT coalesce(sum(array_length(u.positions, 1)), 0) FROM unnest(d.tsv) AS u)
+FROM documents AS d WHERE m.id = d.id
+"""
+
+STATS_REBUILD_SQL = (
+    "DELETE FROM memory_memoryterm WHERE agent_id = ANY(%(agents)s)",
+    """INSERT INTO memory_memoryterm (agent_id, lexeme, df)
+       SELECT agent_id, u.lexeme, count(*) FROM memory_memory, unnest(search_vector) AS u
+       WHERE agent_id = ANY(%(agents)s) AND search_vector IS NOT NULL GROUP BY 1, 2""",
+    "DELETE FROM memory_memorysearchtotals WHERE agent_id = ANY(%(agents)s)",
+    """INSERT INTO memory_memorysearchtotals (agent_id, documents, positions)
+       SELECT agent_id, count(*), sum(search_length) FROM memory_memory
+       WHERE agent_id = ANY(%(agents)s) AND search_vector IS NOT NULL GROUP BY 1""",
+)
+
+
+def keyword_documents_service(agent: AgentRows, rows: int) -> tuple[int, float]:
+    """The service's refresh over the agent's first ``rows`` memories, in batches; the trigger
+    keeps the BM25 statistics. Returns (rows, seconds)."""
+    from django.db import transaction
+
+    from memory.models import Memory
+    from memory.search_index import search_documents_refresh
+
+    ids = list(
+        Memory.objects.filter(agent_id=agent.id).order_by("id").values_list("id", flat=True)[:rows]
+    )
+    started = time.perf_counter()
+    for offset in range(0, len(ids), SERVICE_REFRESH_BATCH):
+        with transaction.atomic():
+            search_documents_refresh(ids[offset : offset + SERVICE_REFRESH_BATCH])
+    return len(ids), time.perf_counter() - started
+
+
+def keyword_documents_set_based(conn: Any, agents: Sequence[AgentRows]) -> float:
+    """Every agent's documents with window functions, statistics rebuilt once; returns seconds.
+
+    The statistics trigger is off meanwhile: per statement it would fold each changed row's old
+    and new tsvector into one jsonb value, then apply them lexeme by lexeme.
+    """
+    started = time.perf_counter()
+    conn.execute("ALTER TABLE memory_memory DISABLE TRIGGER memory_search_stats_update")
+    try:
+        for agent in agents:
+            sessions = math.ceil(agent.count / SESSION_LENGTH)
+            for low in range(0, sessions, KEYWORD_CHUNK_SESSIONS):
+                high = low + KEYWORD_CHUNK_SESSIONS
+                conn.execute(
+                    SET_BASED_DOCUMENTS_SQL,
+                    {
+                        "agent": agent.id,
+                        "low": f"{agent.prefix}{low:07d}",
+                        "high": f"{agent.prefix}{high:07d}",
+                    },
+                )
+    finally:
+        conn.execute("ALTER TABLE memory_memory ENABLE TRIGGER memory_search_stats_update")
+    with conn.transaction():
+        for statement in STATS_REBUILD_SQL:
+            conn.execute(statement, {"agents": [a.id for a in agents]})
+    return time.perf_counter() - started
+
+
+def check_documents(conn: Any, sample: int, seed: int) -> tuple[int, int]:
+    """Recompute a random sample with the service's refresh and count identical documents."""
+    from django.db import transaction
+
+    from memory.search_index import search_documents_refresh
+
+    ids = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT id FROM memory_memory ORDER BY hashint8(id # %s::bigint) LIMIT %s",
+            [seed, sample],
+        ).fetchall()
+    ]
+    before = dict(
+        conn.execute(
+            "SELECT id, search_vector::text FROM memory_memory WHERE id = ANY(%s)", [ids]
+        ).fetchall()
+    )
+    with transaction.atomic():
+        search_documents_refresh(ids)
+    after = dict(
+        conn.execute(
+            "SELECT id, search_vector::text FROM memory_memory WHERE id = ANY(%s)", [ids]
+        ).fetchall()
+    )
+    return sum(before[i] == after[i] for i in ids), len(ids)
+
+
+def hnsw_rebuild(conn: Any, maintenance_work_mem: str) -> tuple[float, int]:
+    """Create the model's HNSW index on the loaded table; returns (seconds, bytes)."""
+    from django.db import connection
+
+    from memory.models import Memory
+
+    index = next(i for i in Memory._meta.indexes if i.name == "memory_embedding_hnsw")
+    with connection.schema_editor(collect_sql=True) as editor:
+        sql = str(index.create_sql(Memory, editor))
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", [maintenance_work_mem])
+    started = time.perf_counter()
+    conn.execute(sql)
+    seconds = time.perf_counter() - started
+    size = conn.execute("SELECT pg_relation_size('memory_embedding_hnsw')").fetchone()[0]
+    return seconds, int(size)
+
+
+# --- measuring ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Query:
+    agent: AgentRows
+    text: str
+    vector: list[float]
+
+
+Neighbours: TypeAlias = list[tuple[int, float]]  # (memory id, cosine distance), nearest first
+
+
+def exact_neighbours(conn: Any, sql: str, params: dict[str, Any]) -> Neighbours:
+    """The rows ``sql`` returns with the index scans off (HNSW is only ever an index scan, so
+    this is the exact answer), each with its distance to the query."""
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")
+        ids = [int(r[0]) for r in conn.execute(sql, params).fetchall()]
+    return with_distances(conn, ids, params["vector"])
+
+
+def with_distances(conn: Any, ids: Sequence[int], vector: Sequence[float]) -> Neighbours:
+    rows = conn.execute(
+        "SELECT id, embedding <=> %s::vector FROM memory_memory WHERE id = ANY(%s)",
+        [list(vector), list(ids)],
+    ).fetchall()
+    distance = {int(r[0]): float(r[1]) for r in rows}
+    return [(i, distance[i]) for i in ids]
+
+
+@dataclass
+class Recall:
+    """recall@10 against exact search: strict (the target), and with near-ties forgiven (a
+    returned row counts if it is no farther than the 10th exact one plus 1 %, ann-benchmarks'
+    convention), which tells misses among equally distant rows from real misses."""
+
+    strict: list[float]
+    tolerant: list[float]
+
+    def line(self) -> str:
+        mean = statistics.mean(self.strict)
+        return (
+            f"recall@{K} mean {mean:.3f} (min {min(self.strict):.1f}), near-ties forgiven "
+            f"{statistics.mean(self.tolerant):.3f}; target >= {TARGET_RECALL}: "
+            f"{verdict(mean >= TARGET_RECALL)}"
+        )
+
+
+def recall_of(found: Neighbours, exact: Neighbours) -> tuple[float, float]:
+    wanted = min(K, len(exact))
+    if not wanted:
+        return 1.0, 1.0
+    strict = len({i for i, _ in found[:K]} & {i for i, _ in exact[:K]}) / wanted
+    limit = exact[wanted - 1][1] * (1 + NEAR_TIE)
+    tolerant = min(wanted, sum(d <= limit for _, d in found[:K])) / wanted
+    return strict, tolerant
+
+
+def nearest_params(q: Query, tenant_id: int) -> dict[str, Any]:
+    from django.utils import timezone
+
+    return {"vector": q.vector, "tenant": tenant_id, "agent": q.agent.id, "now": timezone.now(),
+            "k": K}  # fmt: skip
+
+
+def recall_of_selector(
+    conn: Any, queries: Sequence[Query], tenant_id: int
+) -> tuple[Recall, list[float], list[Neighbours]]:
+    """memories_nearest against the same SQL without the index: recall, latency (ms) and the
+    exact answers (for the ef_search sweep)."""
+    from ledger.models import Agent
+    from memory.selectors import NEAREST_SQL, memories_nearest
+
+    agents = {q.agent.id: Agent.objects.get(pk=q.agent.id) for q in queries}
+    result = Recall([], [])
+    latency: list[float] = []
+    exact_answers = []
+    for q in queries:
+        started = time.perf_counter()
+        found = memories_nearest(agent=agents[q.agent.id], vector=q.vector, k=K)
+        latency.append((time.perf_counter() - started) * 1000)
+        exact = exact_neighbours(conn, NEAREST_SQL, nearest_params(q, tenant_id))
+        exact_answers.append(exact)
+        strict, tolerant = recall_of(found, exact)
+        result.strict.append(strict)
+        result.tolerant.append(tolerant)
+    return result, latency, exact_answers
+
+
+def ef_search_sweep(
+    queries: Sequence[Query], exact: Sequence[Neighbours], tenant_id: int
+) -> list[tuple[str, Recall, list[float]]]:
+    """The selector's SQL at other hnsw.ef_search values (it uses max(40, 2k) = 40 for k = 10),
+    through Django's connection like the selector (client-side parameters: the planner sees the
+    values, which decides between the HNSW index and an exact scan of the agent's rows)."""
+    from django.db import connection, transaction
+
+    from memory.selectors import NEAREST_SQL
+
+    rows = []
+    for ef in EF_SEARCH_SWEEP:
+        result = Recall([], [])
+        latency = []
+        for q, answer in zip(queries, exact, strict=True):
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+                    " set_config('hnsw.ef_search', %s, true)",
+                    [str(ef)],
+                )
+                started = time.perf_counter()
+                cursor.execute(NEAREST_SQL, nearest_params(q, tenant_id))
+                found = [(int(i), float(d)) for i, d in cursor.fetchall()]
+                latency.append((time.perf_counter() - started) * 1000)
+            strict, tolerant = recall_of(found, answer)
+            result.strict.append(strict)
+            result.tolerant.append(tolerant)
+        rows.append((f"ef_search {ef}", result, latency))
+    return rows
+
+
+def hnsw_share(sql: str, queries: Sequence[Query], params_of: Callable[[Query], Any]) -> str:
+    """How many of these queries the planner serves with the HNSW index (else: an exact scan)."""
+    from django.db import connection, transaction
+
+    used = 0
+    for q in queries:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+            cursor.execute("EXPLAIN " + sql, params_of(q))
+            used += any("memory_embedding_hnsw" in str(r[0]) for r in cursor.fetchall())
+    return f"HNSW index in {used} of {len(queries)} plans"
+
+
+def dense_leg_sql(filters: Any) -> str:
+    from memory import search
+
+    where = search.ACTIVE_MEMORY + "".join(
+        clause for name, clause in search.FILTER_SQL.items() if getattr(filters, name)
+    )
+    return search.DENSE_LEG.format(where=where)
+
+
+def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Recall:
+    """The search's semantic leg (its SQL and session settings, top 100), first 10 against exact."""
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from ledger.models import Agent
+    from memory import search
+
+    sql = dense_leg_sql(filters)
+    result = Recall([], [])
+    for q in queries:
+        agent = Agent.objects.get(pk=q.agent.id)
+        _, params = search.memory_candidates_query(
+            agent=agent, query=q.text, vector=q.vector, filters=filters, now=timezone.now()
+        )
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+                " set_config('hnsw.ef_search', %s, true)",
+                [str(search.MEMORY_DENSE_CANDIDATES)],
+            )
+            cursor.execute(sql, params)
+            found = [int(r[0]) for r in cursor.fetchall()][:K]
+        strict, tolerant = recall_of(
+            with_distances(conn, found, q.vector), exact_neighbours(conn, sql, params)
+        )
+        result.strict.append(strict)
+        result.tolerant.append(tolerant)
+    return result
+
+
+def time_candidates_sql(queries: Sequence[Query], filters: Any) -> list[float]:
+    """The database part of a search, as memory.search runs it: the statistics query inside
+    memory_candidates_query, then the candidate SQL under the same session settings."""
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from ledger.models import Agent
+    from memory import search
+
+    agents = {q.agent.id: Agent.objects.get(pk=q.agent.id) for q in queries}
+    latency = []
+    for number, q in enumerate([*queries[:WARM_UP], *queries]):
+        started = time.perf_counter()
+        sql, params = search.memory_candidates_query(
+            agent=agents[q.agent.id], query=q.text, vector=q.vector, filters=filters,
+            now=timezone.now(),
+        )  # fmt: skip
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+                " set_config('hnsw.ef_search', %s, true)",
+                [str(search.MEMORY_DENSE_CANDIDATES)],
+            )
+            cursor.execute(sql, params)
+            cursor.fetchall()
+        if number >= WARM_UP:
+            latency.append((time.perf_counter() - started) * 1000)
+    return latency
+
+
+def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
+    """Where the database time goes: each part of the search's SQL run alone (ms per query),
+    plus how many rows the keyword leg fetches."""
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from ledger.models import Agent
+    from memory import search
+
+    where = search.ACTIVE_MEMORY + "".join(
+        clause for name, clause in search.FILTER_SQL.items() if getattr(filters, name)
+    )
+    parts = {
+        "statistics query": search.LEXEME_STATS_SQL,
+        "semantic leg": search.DENSE_LEG.format(where=where),
+        "keyword leg": search.KEYWORD_LEG.format(where=where),
+    }
+    timings: dict[str, list[float]] = {name: [] for name in parts}
+    timings["keyword rows"] = []
+    for q in queries:
+        agent = Agent.objects.get(pk=q.agent.id)
+        _, params = search.memory_candidates_query(
+            agent=agent, query=q.text, vector=q.vector, filters=filters, now=timezone.now()
+        )
+        params = {**params, "query": q.text}
+        for name, sql in parts.items():
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+                    " set_config('hnsw.ef_search', %s, true)",
+                    [str(search.MEMORY_DENSE_CANDIDATES)],
+                )
+                started = time.perf_counter()
+                cursor.execute(sql, params)
+                rows = cursor.fetchall()
+                timings[name].append((time.perf_counter() - started) * 1000)
+            if name == "keyword leg":
+                timings["keyword rows"].append(len(rows))
+    return timings
+
+
+def explain_candidates_sql(query: Query, filters: Any) -> list[str]:
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from ledger.models import Agent
+    from memory import search
+
+    agent = Agent.objects.get(pk=query.agent.id)
+    sql, params = search.memory_candidates_query(
+        agent=agent, query=query.text, vector=query.vector, filters=filters, now=timezone.now()
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+            " set_config('hnsw.ef_search', %s, true)",
+            [str(search.MEMORY_DENSE_CANDIDATES)],
+        )
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        lines = [str(r[0]) for r in cursor.fetchall()]
+    # The query vector is printed in full in every node that uses it.
+    return [line if len(line) < 300 else line[:200] + " ..." for line in lines]
+
+
+def time_api(
+    api: ApiClient, queries: Sequence[Query]
+) -> tuple[list[float], list[float], list[int]]:
+    client, server, candidates = [], [], []
+    for number, q in enumerate([*queries[:WARM_UP], *queries]):
+        status, body, elapsed = api.post(
+            "/api/v1/memories/search/",
+            {"agent_id": q.agent.id, "agent": q.agent.name, "query": q.text, "top_k": K},
+        )
+        if status != 200:
+            raise SystemExit(f"search: HTTP {status}: {body}")
+        if number >= WARM_UP:
+            client.append(elapsed)
+            server.append(float(body["took_ms"]))
+            candidates.append(int(body.get("candidates", -1)))
+    return client, server, candidates
+
+
+def spread(values: Sequence[float]) -> str:
+    return (
+        f"p50 {statistics.median(values):7.1f}  p95 {percentile(list(values), 0.95):7.1f}  "
+        f"max {max(values):7.1f}"
+    )
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+@contextlib.contextmanager
+def step(name: str) -> Iterator[Callable[[], float]]:
+    started = time.perf_counter()
+    say(f"{name} ...")
+    yield lambda: time.perf_counter() - started
+    say(f"{name}: {time.perf_counter() - started:.1f} s")
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--memories", type=int, default=1_000_000, help="memories of the big agent")
+    parser.add_argument("--agents", type=int, default=100, help="small agents")
+    parser.add_argument("--per-agent", type=int, default=10_000, help="memories per small agent")
+    parser.add_argument("--queries", type=int, default=200, help="queries per measurement")
+    parser.add_argument("--clusters", type=int, default=1_000, help="topics")
+    parser.add_argument("--vocabulary", type=int, default=50_000)
+    parser.add_argument(
+        "--service-sample",
+        type=int,
+        default=20_000,
+        help="memories whose keyword documents the service's refresh computes",
+    )
+    parser.add_argument(
+        "--check-sample",
+        type=int,
+        default=500,
+        help="set-based documents compared with the service's",
+    )
+    parser.add_argument("--maintenance-work-mem", default="2GB", help="for the HNSW build")
+    parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument("--explain", action="store_true", help="print one query plan per case")
+    parser.add_argument("--data-dir", type=Path, default=ROOT / "var" / "bench-memory-scale")
+    parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
+    args = parser.parse_args()  # fmt: skip
+
+    say(
+        f"{args.memories:,} memories of one agent + {args.agents} agents x {args.per_agent:,}; "
+        f"load average {load_average()}; cpus {os.cpu_count()}"
+    )
+    with service_stack(args.data_dir, workers=1, keep=args.keep) as stack:
+        run(stack, args)
+    say(f"done; load average {load_average()}")
+
+
+def run(stack: Stack, args: argparse.Namespace) -> None:
+    from ledger.services import agent_create
+    from memory.embeddings import embedder_name
+    from memory.search import SearchFilters
+
+    tenant, key = stack.tenant_with_admin_key(slug="bench-scale")
+    conn = raw_connection()
+    check_copy_columns(conn)
+    server = conn.execute("SHOW server_version").fetchone()[0]
+    pgvector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    say(f"PostgreSQL {server}, pgvector {pgvector.fetchone()[0]}")
+    big = agent_create(tenant=tenant, name="scale-big", actor="system")
+    agents = [AgentRows(big.pk, big.name, args.memories, "big-")]
+    for number in range(args.agents):
+        small = agent_create(tenant=tenant, name=f"scale-{number:03d}", actor="system")
+        agents.append(AgentRows(small.pk, small.name, args.per_agent, f"a{number:03d}-"))
+    total = sum(a.count for a in agents)
+
+    vocabulary = made_up_vocabulary(args.vocabulary * 2, args.seed)
+    # Keep only words PostgreSQL's english configuration indexes (no stop words, no empties).
+    kept = conn.execute(
+        "SELECT w FROM unnest(%s::text[]) WITH ORDINALITY AS v(w, n) "
+        "WHERE to_tsvector('english', w) <> ''::tsvector ORDER BY n",
+        [vocabulary],
+    ).fetchall()
+    vocabulary = [str(r[0]) for r in kept][: args.vocabulary]
+    synthetic = Synthetic(clusters=args.clusters, vocabulary=vocabulary, seed=args.seed)
+
+    conn.execute("DROP INDEX IF EXISTS memory_embedding_hnsw")
+    model = embedder_name()
+    with step(f"COPY of {total:,} memories") as elapsed:
+        copy_seconds = 0.0
+        for agent in agents:
+            copy_seconds += copy_rows(conn, synthetic, tenant.pk, agent, model)
+        load_seconds = elapsed()
+    say(
+        f"COPY: {total / copy_seconds:,.0f} rows/s in COPY alone ({copy_seconds:.1f} s); "
+        f"{total / load_seconds:,.0f} rows/s with generating the data ({load_seconds:.1f} s)"
+    )
+
+    with step("ANALYZE memory_memory (as autovacuum would after a bulk load)"):
+        conn.execute("ANALYZE memory_memory")
+
+    sample = min(args.service_sample, agents[0].count)
+    with step(f"keyword documents of {sample:,} memories by search_documents_refresh"):
+        rows, seconds = keyword_documents_service(agents[0], sample)
+    service_rate = rows / seconds
+    say(
+        f"search_documents_refresh (batches of {SERVICE_REFRESH_BATCH}, statistics trigger on, "
+        "no HNSW index yet): "
+        f"{service_rate:,.0f} rows/s -> {total / service_rate / 60:,.1f} min for all {total:,}"
+    )
+    with step(f"keyword documents of all {total:,} memories, set-based"):
+        seconds = keyword_documents_set_based(conn, agents)
+    say(f"set-based keyword documents + statistics: {total / seconds:,.0f} rows/s")
+    same, checked = check_documents(conn, args.check_sample, args.seed)
+    say(f"set-based documents identical to the service's on {same} of {checked} sampled memories")
+
+    with step("VACUUM ANALYZE memory_memory"):
+        conn.execute("VACUUM ANALYZE memory_memory")
+    with step("HNSW index build"):
+        build_seconds, hnsw_bytes = hnsw_rebuild(conn, args.maintenance_work_mem)
+    table_bytes, index_bytes = conn.execute(
+        "SELECT pg_table_size('memory_memory'), pg_indexes_size('memory_memory')"
+    ).fetchone()
+    say(
+        f"HNSW (m 16, ef_construction 64, maintenance_work_mem {args.maintenance_work_mem}): "
+        f"built in {build_seconds:.1f} s ({total / build_seconds:,.0f} rows/s), "
+        f"{hnsw_bytes / 2**20:,.0f} MiB; table {table_bytes / 2**20:,.0f} MiB, all indexes "
+        f"{index_bytes / 2**20:,.0f} MiB"
+    )
+    conn.execute("ANALYZE")
+
+    queries_rng_vectors, query_clusters = synthetic.vectors(args.queries * 2)
+    query_texts = synthetic.texts(query_clusters, 3, 6)
+    big_queries = [
+        Query(agents[0], query_texts[i], queries_rng_vectors[i].tolist())
+        for i in range(args.queries)
+    ]
+    small_agents = agents[1:] or agents[:1]
+    small_queries = [
+        Query(
+            small_agents[i % len(small_agents)],
+            query_texts[args.queries + i],
+            queries_rng_vectors[args.queries + i].tolist(),
+        )
+        for i in range(args.queries)
+    ]
+    flagged = SearchFilters(tags=(FLAG_TAG,))
+    unfiltered = SearchFilters()
+    share_small = args.per_agent / total
+
+    say(f"recall@{K} against exact search, {args.queries} queries per case; load {load_average()}")
+    big_recall, nearest_big, _ = recall_of_selector(conn, big_queries, tenant.pk)
+    small_recall, nearest_small, small_exact = recall_of_selector(conn, small_queries, tenant.pk)
+    flag_recall = recall_of_dense_leg(conn, big_queries, flagged)
+    big_share = agents[0].count / total
+    from memory.selectors import NEAREST_SQL
+
+    def selector_params(q: Query) -> dict[str, Any]:
+        return nearest_params(q, tenant.pk)
+
+    def dense_params(q: Query) -> dict[str, Any]:
+        from django.utils import timezone
+
+        from ledger.models import Agent
+        from memory.search import memory_candidates_query
+
+        agent = Agent.objects.get(pk=q.agent.id)
+        return memory_candidates_query(
+            agent=agent, query=q.text, vector=q.vector, filters=flagged, now=timezone.now()
+        )[1]
+
+    print(
+        f"  memories_nearest, big agent ({big_share:.0%} of rows): {big_recall.line()}; "
+        f"{hnsw_share(NEAREST_SQL, big_queries, selector_params)}"
+    )
+    print(
+        f"  memories_nearest, one small agent (filter keeps {share_small:.1%} of rows): "
+        f"{small_recall.line()}; {hnsw_share(NEAREST_SQL, small_queries, selector_params)}"
+    )
+    print(
+        f"  search's semantic leg, big agent + tag (keeps {FLAG_SHARE:.0%} of its rows): "
+        f"{flag_recall.line()}; {hnsw_share(dense_leg_sql(flagged), big_queries, dense_params)}"
+    )
+    print(f"  memories_nearest latency, big agent:   {spread(nearest_big)} ms")
+    print(f"  memories_nearest latency, small agent: {spread(nearest_small)} ms")
+    print("  the selector's SQL for the small agents at other hnsw.ef_search values:")
+    for label, result, latency in ef_search_sweep(small_queries, small_exact, tenant.pk):
+        print(f"    {label:14} {result.line()}; {spread(latency)} ms")
+
+    say(f"database part of a search, {args.queries} queries per case; load {load_average()}")
+    cases = [
+        ("big agent", big_queries, unfiltered),
+        ("small agents", small_queries, unfiltered),
+        ("big agent + tag filter", big_queries, flagged),
+    ]
+    db: dict[str, list[float]] = {}
+    for label, queries, filters in cases:
+        db[label] = time_candidates_sql(queries, filters)
+        p95 = percentile(db[label], 0.95)
+        print(
+            f"  {label:24} {spread(db[label])} ms; target p95 <= {TARGET_DB_P95_MS:.0f} ms: "
+            f"{verdict(p95 <= TARGET_DB_P95_MS)}"
+        )
+        legs = time_legs(queries, filters)
+        print(
+            "      alone, p50: "
+            + ", ".join(
+                f"{name} {statistics.median(values):.1f} ms"
+                for name, values in legs.items()
+                if name != "keyword rows"
+            )
+            + f"; keyword leg rows p50 {statistics.median(legs['keyword rows']):.0f}"
+        )
+        if args.explain:
+            for line in explain_candidates_sql(queries[0], filters):
+                print("      " + line)
+    ratio = statistics.median(db["big agent"]) / statistics.median(db["small agents"])
+    print(f"  median big agent / median small agents: {ratio:.1f}x")
+
+    say(f"search over HTTP, {args.queries} queries per case; load {load_average()}")
+    api = stack.client(key)
+    api_p50: dict[str, float] = {}
+    for label, queries in (("big agent", big_queries), ("small agents", small_queries)):
+        client, server, candidates = time_api(api, queries)
+        api_p50[label] = statistics.median(client)
+        p95 = percentile(client, 0.95)
+        print(
+            f"  {label:14} client {spread(client)} ms; server took_ms {spread(server)} ms; "
+            f"candidates median {statistics.median(candidates):.0f}; target p95 <= "
+            f"{TARGET_API_P95_MS:.0f} ms: {verdict(p95 <= TARGET_API_P95_MS)}"
+        )
+    api.close()
+    ratio = api_p50["big agent"] / api_p50["small agents"]
+    print(f"  median big agent / median small agents: {ratio:.1f}x")
+    conn.close()
+
+
+if __name__ == "__main__":
+    main()
