@@ -266,3 +266,21 @@ REFLECTION_LLM_URL = env_str("REFLECTION_LLM_URL", "")
 REFLECTION_LLM_MODEL = env_str("REFLECTION_LLM_MODEL", "gpt-4o-mini")
 REFLECTION_LLM_API_KEY = env_str("REFLECTION_LLM_API_KEY", "")
 REFLECTION_LLM_TIMEOUT_SECONDS = env_float("REFLECTION_LLM_TIMEOUT_SECONDS", 20.0)
+
+# --- Trust (SPEC 8) ---------------------------------------------------------------------------
+# m in score = (m·0.6 + n·raw) / (m + n): how many events of evidence weigh as much as the prior.
+TRUST_PRIOR_STRENGTH = env_float("TRUST_PRIOR_STRENGTH", 5.0)
+# The ratios count events of this many days, or all history while the window holds fewer than 5.
+TRUST_WINDOW_DAYS = env_int("TRUST_WINDOW_DAYS", 90)
+# An override the final output contradicts is inferred regretted this long after it was logged.
+OVERRIDE_CHECK_HOURS = env_float("OVERRIDE_CHECK_HOURS", 24.0)
+# Probation ends after this many rounds (and once probation_until has passed).
+PROBATION_MIN_ROUNDS = env_int("PROBATION_MIN_ROUNDS", 5)
+# Devil's Advocate candidates need a trust score above this.
+DEVILS_ADVOCATE_MIN_TRUST = env_float("DEVILS_ADVOCATE_MIN_TRUST", 0.2)
+# An agent is flagged when its recent citations' entropy (bits) falls under the threshold while
+# its trust is at least GAMING_MIN_TRUST.
+GAMING_ENTROPY_THRESHOLD_BITS = env_float("GAMING_ENTROPY_THRESHOLD_BITS", 1.0)
+GAMING_MIN_TRUST = env_float("GAMING_MIN_TRUST", 0.7)
+# A decision maker at or above this trust may open a rubric change from an override.
+RUBRIC_PROPOSAL_MIN_TRUST = env_float("RUBRIC_PROPOSAL_MIN_TRUST", 0.75)

@@ -9,8 +9,9 @@ from config import views
 from ledger.urls import api_urls as ledger_api
 from memory.kb_urls import api_router as kb_api
 from memory.urls import api_router as memory_api
+from trust.urls import api_urls as trust_api
 
-api_v1 = [*ledger_api, *memory_api.urls, *kb_api.urls]
+api_v1 = [*ledger_api, *memory_api.urls, *kb_api.urls, *trust_api]
 
 urlpatterns = [
     path("", views.home, name="home"),

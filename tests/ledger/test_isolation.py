@@ -7,8 +7,6 @@ later cannot skip these checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from drf_spectacular.generators import SchemaGenerator
@@ -20,29 +18,16 @@ from ledger.services import api_key_revoke
 from memory.knowledge import DocumentFields, knowledge_document_create
 from memory.models import KnowledgeDocument, Memory
 from memory.services import MemoryDraft, memories_store
+from tests.endpoints import Endpoint
 from tests.ledger.test_chain import append_n
+from tests.trust.isolation_core import TRUST_CORE_ENDPOINTS, trust_core_snapshot, trust_core_victims
+from tests.trust.isolation_governance import (
+    GOVERNANCE_ENDPOINTS,
+    governance_snapshot,
+    governance_victims,
+)
 
 pytestmark = pytest.mark.django_db
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    method: str
-    path: str  # "{id}" is replaced by the id of the target object
-    role: str
-    body: dict | None = None
-    # What "{id}"/"{seq}" names: "agent", "api_key", "event", "memory" or "kb_document".
-    target: str | None = None
-
-    def url(self, ids: dict[str, int]) -> str:
-        if self.target is None:
-            return self.path
-        return self.path.replace("{id}", str(ids[self.target])).replace(
-            "{seq}", str(ids[self.target])
-        )
-
-    def __str__(self) -> str:
-        return f"{self.method} {self.path}"
 
 
 SPOKEN = {"kind": "agent.spoke", "actor": "system", "payload": {"text": "hello"}}
@@ -101,6 +86,8 @@ ENDPOINTS = [
         Role.AGENT,
         {"agent": "Creator1", "token_budget": 2000, "query": "private note"},
     ),
+    *TRUST_CORE_ENDPOINTS,
+    *GOVERNANCE_ENDPOINTS,
 ]
 # Endpoints that name an agent in the body rather than the path.
 AGENT_IN_BODY = [e for e in ENDPOINTS if e.body and e.body.get("agent") == "Creator1"]
@@ -122,7 +109,9 @@ def state_snapshot() -> tuple:
         list(Agent.objects.order_by("id").values_list("id", "name", "model")),
         list(ApiKey.objects.order_by("id").values_list("id", "revoked_at"))
         + list(Memory.objects.order_by("id").values_list("id", "content", "importance"))
-        + list(KnowledgeDocument.objects.order_by("id").values_list("id", "title", "published_at")),
+        + list(KnowledgeDocument.objects.order_by("id").values_list("id", "title", "published_at"))
+        + trust_core_snapshot()
+        + governance_snapshot(),
         Event.objects.count(),
     )
 
@@ -147,6 +136,8 @@ def victim(tenant, make_agent, make_key) -> dict[str, int]:
         "event": events[-1].seq,
         "memory": memory.pk,
         "kb_document": document.pk,
+        **trust_core_victims(tenant=tenant, agent=agent),
+        **governance_victims(tenant=tenant, agent=agent),
     }
 
 

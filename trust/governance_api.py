@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from typing import Any
+
+api_urls: list[Any] = []
