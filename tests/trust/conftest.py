@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from memory.embeddings import embedder_reset
+from memory.local_embedder import DIMENSIONS
+from tests.standins import StandIn, openai_standin
+
+
+@pytest.fixture
+def dissent_embedder(settings: Any) -> Iterator[StandIn]:
+    """The local stand-in embedder at the dimensions DissentEmbedding stores (texts sharing
+    words are similar, so novelty is predictable)."""
+    with openai_standin(dimensions=DIMENSIONS) as standin:
+        settings.EMBEDDING_BACKEND = "openai"
+        settings.EMBEDDING_URL = standin.url
+        settings.EMBEDDING_MODEL = "standin-embed"
+        settings.EMBEDDING_DIMENSIONS = DIMENSIONS
+        settings.EMBEDDING_API_KEY = "test-key"
+        embedder_reset()
+        yield standin
+    embedder_reset()
+
+
+@pytest.fixture
+def embedder_down(settings: Any) -> Iterator[None]:
+    settings.EMBEDDING_BACKEND = "openai"
+    settings.EMBEDDING_URL = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+    settings.EMBEDDING_TIMEOUT_SECONDS = 0.5
+    embedder_reset()
+    yield
+    embedder_reset()
+
+
+@pytest.fixture
+def clock() -> datetime:
+    """A fixed 'now' the services are given, so deadlines and windows are exact."""
+    return datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

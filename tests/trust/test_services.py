@@ -1,0 +1,474 @@
+"""The trust core's services: rounds, dissents, overrides, regret inference and scores."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from config.api import ApiError
+from ledger.models import Event
+from trust.governance import CriterionDraft, rubric_version_create
+from trust.models import (
+    ArtifactVersion,
+    Dissent,
+    DissentEmbedding,
+    Override,
+    Round,
+    TrustScoreChange,
+)
+from trust.services import (
+    dissent_embeddings_backfill,
+    dissent_log,
+    dissent_set_impact,
+    override_log,
+    override_revert,
+    overrides_infer_regret,
+    round_finalize,
+    round_revise,
+    rounds_post,
+    trust_recompute,
+)
+
+pytestmark = pytest.mark.django_db
+
+FIFTY_WORDS = " ".join(["word"] * 50)
+
+
+def trust_rows() -> tuple:
+    return (
+        Round.objects.count(),
+        ArtifactVersion.objects.count(),
+        Dissent.objects.count(),
+        Override.objects.count(),
+        TrustScoreChange.objects.count(),
+        Event.objects.count(),
+    )
+
+
+@pytest.fixture
+def agent(tenant, make_agent):
+    return make_agent(tenant, name="Creator1")
+
+
+@pytest.fixture
+def rubric(tenant):
+    return rubric_version_create(
+        tenant=tenant,
+        criteria=[CriterionDraft("Accuracy"), CriterionDraft("Completeness")],
+        actor="admin",
+    )
+
+
+# --- Rounds ------------------------------------------------------------------------------------
+
+
+def test_posting_a_round_counts_each_participant_once(tenant, agent, make_agent, clock):
+    other = make_agent(tenant, name="Reviewer1")
+
+    rounds_post(tenant=tenant, round_id="r1", run_id="run", participants=["Creator1"], actor="o")
+    events = Event.objects.count()
+    rounds_post(
+        tenant=tenant,
+        round_id="r1",
+        run_id="run",
+        participants=["Creator1", "Reviewer1"],
+        actor="o",
+    )
+    rounds_post(tenant=tenant, round_id="r1", participants=["Reviewer1"], actor="o")
+
+    agent.refresh_from_db()
+    other.refresh_from_db()
+    assert (agent.rounds_participated, other.rounds_participated) == (1, 1)
+    added = Event.objects.filter(kind="round.participants_added").order_by("seq")
+    assert [e.payload["agents"] for e in added][1] == [{"id": other.pk, "name": "Reviewer1"}]
+    assert Event.objects.count() == events + 1
+
+
+def test_a_round_naming_unknown_agents_is_refused_and_writes_nothing(tenant, agent):
+    before = trust_rows()
+
+    with pytest.raises(ApiError) as refused:
+        rounds_post(tenant=tenant, round_id="r1", participants=["Creator1", "Ghost"], actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (400, "unknown_agent")
+    assert refused.value.details == {"unknown": ["Ghost"]}
+    assert trust_rows() == before
+
+
+def test_a_round_reposted_with_another_run_is_a_conflict(tenant, agent):
+    rounds_post(tenant=tenant, round_id="r1", run_id="run-a", participants=[], actor="o")
+
+    with pytest.raises(ApiError) as refused:
+        rounds_post(tenant=tenant, round_id="r1", run_id="run-b", participants=[], actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (409, "round_run_mismatch")
+
+
+def test_finalising_again_with_the_same_words_is_a_no_op(tenant, agent):
+    round_ = rounds_post(tenant=tenant, round_id="r1", participants=["Creator1"], actor="o")
+    round_finalize(round=round_, final_output="Use  REST.\n", actor="o")
+    before = trust_rows()
+
+    again = round_finalize(round=round_, final_output=" Use REST. ", actor="o")
+
+    assert again.output_version == 1
+    assert trust_rows() == before
+
+
+def test_finalising_with_a_different_output_is_refused(tenant, agent):
+    round_ = rounds_post(tenant=tenant, round_id="r1", participants=["Creator1"], actor="o")
+    round_finalize(round=round_, final_output="Use REST.", actor="o")
+    before = trust_rows()
+
+    with pytest.raises(ApiError) as refused:
+        round_finalize(round=round_, final_output="Use GraphQL.", actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (409, "round_already_finalized")
+    assert trust_rows() == before
+    round_.refresh_from_db()
+    assert round_.output == "Use REST."
+
+
+def test_a_version_before_the_final_output_is_refused(tenant, agent):
+    round_ = rounds_post(tenant=tenant, round_id="r1", participants=[], actor="o")
+
+    with pytest.raises(ApiError) as refused:
+        round_revise(round=round_, content="v2", author="alice", actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (409, "round_not_finalized")
+
+
+def test_a_newer_version_restoring_the_agents_output_reverts_the_override(tenant, agent, clock):
+    round_ = rounds_post(tenant=tenant, round_id="r1", participants=["Creator1"], actor="o")
+    override = override_log(
+        agent=agent,
+        agent_output="Use REST.",
+        human_decision="Use GraphQL.",
+        decided_by="alice",
+        round_id="r1",
+        actor="o",
+        now=clock,
+    )
+    round_finalize(round=round_, final_output="Use GraphQL.", actor="o", now=clock)
+
+    version = round_revise(
+        round=round_, content="Use   REST.", author="bob", actor="o", now=clock + timedelta(hours=1)
+    )
+
+    override.refresh_from_db()
+    assert version.number == 2
+    assert (override.regret, override.reverted_by, override.revert_reason) == (
+        True,
+        "bob",
+        "newer_version",
+    )
+    reverted = Event.objects.get(kind="override.reverted")
+    assert reverted.payload["override_ids"] == [override.pk]
+    assert TrustScoreChange.objects.filter(agent=agent).last().reason == "override_regret"
+
+
+# --- Dissents ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [("   ", "empty_text"), ("x" * 20_001, "text_too_long")],
+)
+def test_a_dissent_with_bad_text_is_refused(agent, text, code, embedder_down):
+    before = trust_rows()
+
+    with pytest.raises(ApiError) as refused:
+        dissent_log(agent=agent, text=text, actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (400, code)
+    assert trust_rows() == before
+
+
+def test_a_dissent_in_the_future_is_refused(agent, clock, embedder_down):
+    with pytest.raises(ApiError) as refused:
+        dissent_log(
+            agent=agent, text="t", occurred_at=clock + timedelta(seconds=1), actor="o", now=clock
+        )
+
+    assert refused.value.error_code == "occurred_in_future"
+
+
+def test_a_citation_outside_the_rubric_is_refused_naming_the_criteria(agent, rubric, embedder_down):
+    before = trust_rows()
+
+    with pytest.raises(ApiError) as refused:
+        dissent_log(agent=agent, text="t", rubric_citations=["accuracy", "Style"], actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (
+        400,
+        "unknown_rubric_criterion",
+    )
+    assert refused.value.details["unknown"] == ["Style"]
+    assert refused.value.details["valid"] == ["Accuracy", "Completeness"]
+    assert trust_rows() == before
+
+
+def test_citations_are_stored_as_the_rubric_spells_them_and_counted_once(
+    agent, rubric, embedder_down
+):
+    dissent = dissent_log(
+        agent=agent,
+        text="short",
+        rubric_citations=["ACCURACY", "accuracy", " Completeness "],
+        actor="o",
+    )
+
+    assert dissent.rubric_citations == ["Accuracy", "Completeness"]
+    assert dissent.citation_score == pytest.approx(0.4)
+    assert dissent.rubric_version == rubric.number
+
+
+def test_depth_adds_length_citations_and_novelty(agent, rubric, dissent_embedder):
+    first = dissent_log(agent=agent, text=FIFTY_WORDS, rubric_citations=["Accuracy"], actor="o")
+    same = dissent_log(agent=agent, text=FIFTY_WORDS, actor="o")
+    new = dissent_log(agent=agent, text="entirely different complaint here", actor="o")
+
+    # The first has no previous dissent: novelty 0 (the design note's rule).
+    assert (first.length_score, first.citation_score, first.novelty) == (
+        1.0,
+        pytest.approx(0.2),
+        0.0,
+    )
+    assert first.depth_score == pytest.approx(1.2)
+    assert same.novelty == pytest.approx(0.0, abs=1e-6)
+    assert new.novelty == pytest.approx(1.0, abs=1e-6)  # no shared word: orthogonal vectors
+    assert new.depth_score == pytest.approx(4 / 50 + 1.0)
+    assert DissentEmbedding.objects.count() == 3
+
+
+def test_a_dissent_logged_while_the_embedder_is_down_has_unknown_novelty_and_is_backfilled(
+    agent, settings, embedder_down
+):
+    dissent = dissent_log(agent=agent, text="the plan ignores cost", actor="o")
+    assert (dissent.novelty, dissent.novelty_known) == (0.0, False)
+    assert dissent_embeddings_backfill(batch_size=10) == 0  # still down: nothing, no error
+
+    from memory.embeddings import embedder_reset
+    from memory.local_embedder import DIMENSIONS
+    from tests.standins import openai_standin
+
+    with openai_standin(dimensions=DIMENSIONS) as standin:
+        settings.EMBEDDING_URL = standin.url
+        settings.EMBEDDING_DIMENSIONS = DIMENSIONS
+        embedder_reset()
+        filled = dissent_embeddings_backfill(batch_size=10)
+        again = dissent_embeddings_backfill(batch_size=10)
+
+    dissent.refresh_from_db()
+    assert (filled, again) == (1, 0)
+    assert dissent.novelty_known is False  # depth is fixed at logging time
+
+
+def test_impact_set_again_with_the_same_value_is_a_no_op(agent, embedder_down):
+    dissent = dissent_log(agent=agent, text="t", actor="o")
+    dissent_set_impact(dissent=dissent, impact=True, feedback_incorporated=True, actor="o")
+    before = trust_rows()
+
+    dissent_set_impact(dissent=dissent, impact=True, actor="o")
+
+    assert trust_rows() == before
+
+
+def test_impact_set_twice_with_different_values_is_refused(agent, embedder_down):
+    dissent = dissent_log(agent=agent, text="t", actor="o")
+    dissent_set_impact(dissent=dissent, impact=True, actor="o")
+    before = trust_rows()
+
+    with pytest.raises(ApiError) as refused:
+        dissent_set_impact(dissent=dissent, impact=False, actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (409, "impact_already_set")
+    assert trust_rows() == before
+    dissent.refresh_from_db()
+    assert dissent.impact is True
+
+
+# --- Trust scores, computed by hand --------------------------------------------------------------
+
+
+def test_a_dissent_without_judged_evidence_leaves_the_prior(agent, embedder_down):
+    dissent_log(agent=agent, text=FIFTY_WORDS, actor="o")
+
+    agent.refresh_from_db()
+    assert agent.trust_score == 0.6
+    assert not TrustScoreChange.objects.exists()
+
+
+def test_scores_follow_the_spec_formula_blended_toward_the_prior(agent, clock, embedder_down):
+    # Depth 1.0 (50 words, no citation, novelty unknown).
+    dissent = dissent_log(agent=agent, text=FIFTY_WORDS, actor="o", now=clock)
+
+    # raw = 0.4*1 + 0.3*(1.0/2) + 0.3*0.6 = 0.73; (5*0.6 + 1*0.73) / 6
+    dissent_set_impact(dissent=dissent, impact=True, actor="o", now=clock)
+    agent.refresh_from_db()
+    assert agent.trust_score == pytest.approx(0.621667)
+
+    # raw = 0.4 + 0.15 + 0.3*(1-0) = 0.85; (3 + 2*0.85) / 7
+    override = override_log(
+        agent=agent, agent_output="a", human_decision="b", decided_by="alice", actor="o", now=clock
+    )
+    agent.refresh_from_db()
+    assert agent.trust_score == pytest.approx(0.671429)
+
+    # raw = 0.4 + 0.15 + 0.3*(1-1) = 0.55; (3 + 2*0.55) / 7
+    override_revert(override=override, reverted_by="alice", actor="o", now=clock)
+    agent.refresh_from_db()
+    assert agent.trust_score == pytest.approx(0.585714)
+
+    history = list(TrustScoreChange.objects.filter(agent=agent).values_list("reason", "score"))
+    assert history == [
+        ("dissent_impact_true", pytest.approx(0.621667)),
+        ("override_logged", pytest.approx(0.671429)),
+        ("override_regret", pytest.approx(0.585714)),
+    ]
+    changed = Event.objects.filter(kind="trust.score_changed").order_by("seq").last()
+    assert changed.payload["previous"] == pytest.approx(0.671429)
+    assert changed.payload["components"]["regret_ratio"] == 1.0
+
+
+def test_a_recompute_that_changes_nothing_writes_nothing(tenant, agent, clock, embedder_down):
+    dissent = dissent_log(agent=agent, text=FIFTY_WORDS, actor="o", now=clock)
+    dissent_set_impact(dissent=dissent, impact=False, actor="o", now=clock)
+    before = trust_rows()
+
+    changed = trust_recompute(tenant=tenant, reason="recomputed", now=clock)
+
+    assert changed == 0
+    assert trust_rows() == before
+
+
+def test_reverting_a_reverted_override_is_refused(agent, clock):
+    override = override_log(
+        agent=agent, agent_output="a", human_decision="b", decided_by="alice", actor="o", now=clock
+    )
+    override_revert(override=override, reverted_by="alice", actor="o", now=clock)
+    before = trust_rows()
+
+    with pytest.raises(ApiError) as refused:
+        override_revert(override=override, reverted_by="bob", actor="o", now=clock)
+
+    assert (refused.value.status_code, refused.value.error_code) == (
+        409,
+        "override_already_reverted",
+    )
+    assert trust_rows() == before
+    override.refresh_from_db()
+    assert override.reverted_by == "alice"
+
+
+# --- Regret inference ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def finalised_override(tenant, agent, clock):
+    """An override of round r1 (deadline clock + 24 h) whose round ended with another output."""
+    round_ = rounds_post(tenant=tenant, round_id="r1", participants=["Creator1"], actor="o")
+    override = override_log(
+        agent=agent,
+        agent_output="Use REST.",
+        human_decision="Use GraphQL.",
+        decided_by="alice",
+        round_id="r1",
+        actor="o",
+        now=clock,
+    )
+    round_finalize(round=round_, final_output="Use gRPC.", actor="o", now=clock)
+    return override
+
+
+@pytest.mark.parametrize(
+    ("offset", "regret"),
+    [(timedelta(microseconds=-1), False), (timedelta(0), False), (timedelta(microseconds=1), True)],
+    ids=["just-before", "exactly-at", "just-after"],
+)
+def test_regret_is_inferred_only_strictly_after_the_deadline(
+    tenant, finalised_override, offset, regret
+):
+    deadline = finalised_override.auto_check_deadline
+
+    marked = overrides_infer_regret(tenant=tenant, now=deadline + offset)
+
+    finalised_override.refresh_from_db()
+    assert marked == int(regret)
+    assert finalised_override.regret is regret
+    assert finalised_override.reverted_by == ("system" if regret else "")
+
+
+def test_inferring_twice_marks_once_and_logs_once(tenant, finalised_override):
+    later = finalised_override.auto_check_deadline + timedelta(hours=1)
+
+    first = overrides_infer_regret(now=later)
+    state = trust_rows()
+    second = overrides_infer_regret(now=later)
+
+    assert (first, second) == (1, 0)
+    assert trust_rows() == state
+    event = Event.objects.get(kind="override.reverted")
+    assert event.payload["override_ids"] == [finalised_override.pk]
+    assert event.payload["reason"] == "inferred"
+
+
+def test_an_override_the_final_output_kept_is_no_regret(tenant, agent, clock):
+    round_ = rounds_post(tenant=tenant, round_id="r2", participants=[], actor="o")
+    kept = override_log(
+        agent=agent,
+        agent_output="Use REST.",
+        human_decision="Use GraphQL.",
+        decided_by="alice",
+        round_id="r2",
+        actor="o",
+        now=clock,
+    )
+    round_finalize(round=round_, final_output="Use  GraphQL.", actor="o", now=clock)
+
+    marked = overrides_infer_regret(tenant=tenant, now=clock + timedelta(days=2))
+
+    kept.refresh_from_db()
+    assert marked == 0
+    assert kept.regret is False
+
+
+def test_finalising_after_the_deadline_infers_regret_for_that_round(tenant, agent, clock):
+    round_ = rounds_post(tenant=tenant, round_id="r3", participants=[], actor="o")
+    late = override_log(
+        agent=agent,
+        agent_output="a",
+        human_decision="b",
+        decided_by="alice",
+        round_id="r3",
+        actor="o",
+        now=clock,
+    )
+
+    round_finalize(round=round_, final_output="c", actor="o", now=clock + timedelta(days=2))
+
+    late.refresh_from_db()
+    assert (late.regret, late.revert_reason) == (True, "inferred")
+
+
+def test_inference_works_in_batches_with_one_event_per_batch(tenant, agent, clock):
+    round_ = rounds_post(tenant=tenant, round_id="r4", participants=[], actor="o")
+    for n in range(5):
+        override_log(
+            agent=agent,
+            agent_output="a",
+            human_decision=f"b{n}",
+            decided_by="alice",
+            round_id="r4",
+            actor="o",
+            now=clock,
+        )
+    round_finalize(round=round_, final_output="c", actor="o", now=clock)
+
+    marked = overrides_infer_regret(tenant=tenant, now=clock + timedelta(days=2), batch_size=2)
+
+    assert marked == 5
+    batches = Event.objects.filter(kind="override.reverted").order_by("seq")
+    assert [len(e.payload["override_ids"]) for e in batches] == [2, 2, 1]
+    assert Override.objects.filter(regret=True).count() == 5
