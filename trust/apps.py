@@ -8,13 +8,7 @@ class TrustConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from ledger.projections import projection_register, service_kinds_register
+        from ledger.projections import projection_register
+        from trust.projection import TrustProjection
 
-        # Governance (trust.governance): keep this block last. Its projection must be registered
-        # after the core's, because a rebuild of the core nulls proposals' links to overrides and
-        # the governance rebuild restores them. A pick has no table, so nothing replays it.
-        from trust.governance import DEVILS_ADVOCATE_PICKED
-        from trust.governance_projection import GovernanceProjection
-
-        projection_register(GovernanceProjection())
-        service_kinds_register(DEVILS_ADVOCATE_PICKED)
+        projection_register(TrustProjection())

@@ -266,7 +266,7 @@ def round_finalize(
     digest = text_hash(final_output)
     with transaction.atomic():
         tenant_write_lock(round.tenant)
-        locked = Round.objects.select_for_update().get(pk=round.pk)
+        locked: Round = Round.objects.select_for_update().get(pk=round.pk)
         if locked.is_finalized:
             if text_hash(locked.final_output) != digest:
                 raise Conflict(
@@ -323,7 +323,7 @@ def round_revise(
     digest = text_hash(content)
     with transaction.atomic():
         tenant_write_lock(round.tenant)
-        locked = Round.objects.select_for_update().get(pk=round.pk)
+        locked: Round = Round.objects.select_for_update().get(pk=round.pk)
         if not locked.is_finalized:
             raise Conflict(
                 code="round_not_finalized",
@@ -524,7 +524,7 @@ def dissent_set_impact(
     moment = now or timezone.now()
     with transaction.atomic():
         tenant_write_lock(dissent.tenant)
-        locked = Dissent.objects.select_for_update().get(pk=dissent.pk)
+        locked: Dissent = Dissent.objects.select_for_update().get(pk=dissent.pk)
         if locked.impact is not None:
             same = locked.impact == impact and feedback_incorporated in (
                 None,
