@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 from rest_framework import status
 
@@ -168,10 +168,18 @@ def gaming_check(*, agent: Agent, now: datetime | None = None) -> GamingFlag | N
     moment = now or timezone.now()
     with transaction.atomic():
         tenant_write_lock(agent.tenant)
+        if GamingFlag.objects.filter(agent=agent, status=GamingFlag.Status.OPEN).exists():
+            return None
+        dissents = Dissent.objects.filter(agent=agent, occurred_at__lte=moment)
+        # A review settled the evidence it saw: flagging again needs dissents logged after it,
+        # or a dismissed flag would reopen on the next dissent.
+        reviewed = GamingFlag.objects.filter(agent=agent).aggregate(last=Max("reviewed_at"))
+        if reviewed["last"] is not None:
+            dissents = dissents.filter(created_at__gt=reviewed["last"])
         recent = list(
-            Dissent.objects.filter(agent=agent, occurred_at__lte=moment)
-            .order_by("-occurred_at", "-id")
-            .values_list("rubric_citations", flat=True)[:GAMING_WINDOW]
+            dissents.order_by("-occurred_at", "-id").values_list("rubric_citations", flat=True)[
+                :GAMING_WINDOW
+            ]
         )
         if len(recent) < GAMING_MIN_DISSENTS:
             return None
@@ -181,8 +189,6 @@ def gaming_check(*, agent: Agent, now: datetime | None = None) -> GamingFlag | N
             return None
         trust = Agent.objects.filter(pk=agent.pk).values_list("trust_score", flat=True).get()
         if trust < settings.GAMING_MIN_TRUST:
-            return None
-        if GamingFlag.objects.filter(agent=agent, status=GamingFlag.Status.OPEN).exists():
             return None
         flag = GamingFlag.objects.create(
             tenant=agent.tenant,
