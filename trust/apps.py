@@ -12,3 +12,13 @@ class TrustConfig(AppConfig):
         from trust.projection import TrustProjection
 
         projection_register(TrustProjection())
+
+        # Governance (trust.governance): keep this block last. Its projection must be registered
+        # after the core's, because a rebuild of the core nulls proposals' links to overrides and
+        # the governance rebuild restores them. A pick has no table, so nothing replays it.
+        from ledger.projections import service_kinds_register
+        from trust.governance import DEVILS_ADVOCATE_PICKED
+        from trust.governance_projection import GovernanceProjection
+
+        projection_register(GovernanceProjection())
+        service_kinds_register(DEVILS_ADVOCATE_PICKED)
