@@ -13,9 +13,9 @@ class TrustConfig(AppConfig):
 
         projection_register(TrustProjection())
 
-        # Governance (trust.governance): keep this block last. Its projection must be registered
-        # after the core's, because a rebuild of the core nulls proposals' links to overrides and
-        # the governance rebuild restores them. A pick has no table, so nothing replays it.
+        # Governance (trust.governance): keep this block last. Its projection is registered after
+        # the core's because proposals point at the overrides the core replays, so a full rebuild
+        # must have them back first. A pick has no table, so nothing replays it.
         from ledger.projections import service_kinds_register
         from trust.governance import DEVILS_ADVOCATE_PICKED
         from trust.governance_projection import GovernanceProjection

@@ -2,9 +2,9 @@
 the ``gaming.*`` and ``rubric.*`` events, registered in ``TrustConfig.ready`` after the core's
 trust projection.
 
-It comes after the core because proposals point at overrides: rebuilding the core recreates the
-overrides (their proposals' links are nulled on the way), and this rebuild then links them again.
-Rows are recreated with the ids their events carry, so links from elsewhere stay valid.
+It comes after the core because proposals point at overrides: a full rebuild recreates the
+overrides first, and this one links the proposals to them. Rows are recreated with the ids their
+events carry, so links from elsewhere (and the proposals' override ids) stay valid.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Agent, Event, Tenant
@@ -52,6 +52,19 @@ _PROPOSAL_FIELDS = (
     "decision_note",
     "result_version",
 )
+
+
+def _sequences_past_ids() -> None:
+    """Rows came back with the ids of their events; a fresh database's sequences (a rebuild
+    into an empty schema) must move past them, or the next insert collides."""
+    with connection.cursor() as cursor:
+        for model in (GamingFlag, RubricVersion, RubricCriterion, RubricProposal):
+            table = model._meta.db_table
+            sequence = f"pg_get_serial_sequence('{table}', 'id')"
+            cursor.execute(
+                f"SELECT setval({sequence}, greatest(max(id), nextval({sequence})))"  # noqa: S608
+                f" FROM {table} HAVING max(id) IS NOT NULL"
+            )
 
 
 def _at(payload: dict[str, Any]) -> Any:
@@ -212,6 +225,7 @@ class GovernanceProjection:
             RubricCriterion.objects.bulk_create(
                 RubricCriterion(tenant=tenant, **fields) for fields in self._criteria
             )
+            _sequences_past_ids()
         self._clear()
 
     def after_append(self, *, event_ids: Sequence[int]) -> None:

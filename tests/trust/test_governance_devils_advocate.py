@@ -115,7 +115,7 @@ def test_all_zero_weights_draw_uniformly(tenant, make_agent):
     picked = Counter(pick(tenant, ["Z1", "Z2"], seed=seed).picked.name for seed in range(40))
 
     assert set(picked) == {"Z1", "Z2"}
-    assert devils_advocate_choose(["Z1", "Z2"], [0.0, 0.0], 5) == random.Random(5).choice(  # noqa: S311
+    assert devils_advocate_choose(["Z1", "Z2"], [0.0, 0.0], 5) == random.Random(5).choice(
         ["Z1", "Z2"]
     )
 
