@@ -111,7 +111,10 @@ def trust_score(evidence: TrustEvidence, *, prior_strength: float) -> TrustBreak
     raw = IMPACT_WEIGHT * impact_term + DEPTH_WEIGHT * depth_term + REGRET_WEIGHT * regret_term
     evidence_count = evidence.dissents_known + evidence.overrides
     if prior_strength + evidence_count > 0:
-        score = (prior_strength * PRIOR + evidence_count * raw) / (prior_strength + evidence_count)
+        # (m·0.6 + n·raw) / (m + n) as a weighted mean: the product m·0.6 underflows for a
+        # subnormal m and the quotient came out 1.0 (found by the property tests).
+        prior_weight = prior_strength / (prior_strength + evidence_count)
+        score = prior_weight * PRIOR + (1.0 - prior_weight) * raw
     else:
         score = raw
     return TrustBreakdown(
