@@ -1,5 +1,373 @@
+"""REST endpoints of the trust core: rounds, dissents, overrides, scores and interchange.
+
+Judgements about an agent (impact, overrides, finalising, reverts) need a tenant-wide key, so no
+agent grades itself; an agent-scoped key logs its own dissents and reads its own evidence.
+"""
+
 from __future__ import annotations
 
 from typing import Any
 
-api_urls: list[Any] = []
+from django.conf import settings
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+
+from config.api import ApiError, CursorPagination
+from ledger.api import IDEMPOTENCY_PARAMETER
+from ledger.auth import ApiPrincipal
+from ledger.models import Agent, Role
+from ledger.scoping import TenantScopedViewSet
+from memory.api import agent_for_caller
+from trust import interchange, selectors, services
+from trust.models import Dissent, Override, Round
+from trust.scoring import trust_score
+from trust.serializers import (
+    ArtifactVersionSerializer,
+    DissentImpactSerializer,
+    DissentLogSerializer,
+    DissentSerializer,
+    OverrideLogSerializer,
+    OverrideRevertSerializer,
+    OverrideSerializer,
+    RoundFinalizeSerializer,
+    RoundPostSerializer,
+    RoundSerializer,
+    RoundVersionSerializer,
+    TrustAgentSerializer,
+    TrustDetailSerializer,
+    TrustRecomputeSerializer,
+)
+
+
+def tenant_wide_key_required(principal: ApiPrincipal, what: str) -> None:
+    if principal.agent is not None:
+        raise ApiError(
+            code="agent_scoped_key",
+            message=f"{what} needs a tenant-wide key: an agent does not judge its own work.",
+            status_code=status.HTTP_403_FORBIDDEN,
+        )
+
+
+class NewestFirst(CursorPagination):
+    ordering = "-id"
+
+
+class OwnEvidenceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    """Rows about one agent: an agent-scoped key sees only its own agent's."""
+
+    pagination_class = NewestFirst
+    lookup_value_regex = r"\d+"
+    write_role = Role.AGENT
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.principal.agent is not None:
+            queryset = queryset.filter(agent=self.principal.agent)
+        params = self.request.query_params
+        if "agent" in params:
+            queryset = queryset.filter(agent__name=params["agent"])
+        if "round_id" in params:
+            queryset = queryset.filter(round_id=params["round_id"])
+        return queryset
+
+
+EVIDENCE_FILTERS = [
+    OpenApiParameter("agent", str, description="Agent name"),
+    OpenApiParameter("round_id", str, description="The orchestrator's round id"),
+]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List rounds (newest first)", parameters=EVIDENCE_FILTERS[1:]),
+    retrieve=extend_schema(summary="Get a round with its participants and output versions"),
+    create=extend_schema(
+        summary="Create a round or add participants to it",
+        request=RoundPostSerializer,
+        responses={201: RoundSerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    finalize=extend_schema(
+        summary="Set the round's final output; regret is inferred for its overrides",
+        request=RoundFinalizeSerializer,
+        responses=RoundSerializer,
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    versions=extend_schema(
+        summary="Post a newer version of the round's output",
+        request=RoundVersionSerializer,
+        responses={201: ArtifactVersionSerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+)
+class RoundViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    queryset = Round.objects.prefetch_related("participants__agent", "versions")
+    serializer_class = RoundSerializer
+    pagination_class = NewestFirst
+    lookup_value_regex = r"\d+"
+    write_role = Role.AGENT
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if "round_id" in self.request.query_params:
+            queryset = queryset.filter(round_id=self.request.query_params["round_id"])
+        return queryset
+
+    def create(self, request: Request) -> Response:
+        tenant_wide_key_required(self.principal, "Posting a round")
+        serializer = RoundPostSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        round_ = services.rounds_post(
+            tenant=self.tenant, actor=self.principal.actor, **serializer.validated_data
+        )
+        return Response(self._render(round_), status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"])
+    def finalize(self, request: Request, pk: str | None = None) -> Response:
+        round_ = self.get_object()
+        tenant_wide_key_required(self.principal, "Finalising a round")
+        serializer = RoundFinalizeSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        round_ = services.round_finalize(
+            round=round_,
+            final_output=serializer.validated_data["final_output"],
+            actor=self.principal.actor,
+        )
+        return Response(self._render(round_))
+
+    @action(detail=True, methods=["post"])
+    def versions(self, request: Request, pk: str | None = None) -> Response:
+        round_ = self.get_object()
+        tenant_wide_key_required(self.principal, "Revising a round's output")
+        serializer = RoundVersionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        version = services.round_revise(
+            round=round_,
+            content=serializer.validated_data["content"],
+            author=serializer.validated_data.get("author", self.principal.actor),
+            actor=self.principal.actor,
+        )
+        return Response(ArtifactVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+    def _render(self, round_: Round) -> dict[str, Any]:
+        return dict(self.get_serializer(self.get_queryset().get(pk=round_.pk)).data)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List dissents (newest first)", parameters=EVIDENCE_FILTERS),
+    retrieve=extend_schema(summary="Get a dissent with its depth"),
+    create=extend_schema(
+        summary="Log a dissent (an agent-scoped key: for its own agent)",
+        request=DissentLogSerializer,
+        responses={201: DissentSerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    impact=extend_schema(
+        summary="Set whether the dissent changed the final output (once)",
+        request=DissentImpactSerializer,
+        responses=DissentSerializer,
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+)
+class DissentViewSet(OwnEvidenceViewSet):
+    queryset = Dissent.objects.select_related("agent")
+    serializer_class = DissentSerializer
+
+    def create(self, request: Request) -> Response:
+        serializer = DissentLogSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        agent = agent_for_caller(self.principal, data.pop("agent", None))
+        dissent = services.dissent_log(agent=agent, actor=self.principal.actor, **data)
+        return Response(self.get_serializer(dissent).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"])
+    def impact(self, request: Request, pk: str | None = None) -> Response:
+        dissent = self.get_object()
+        tenant_wide_key_required(self.principal, "Setting a dissent's impact")
+        serializer = DissentImpactSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        dissent = services.dissent_set_impact(
+            dissent=dissent, actor=self.principal.actor, **serializer.validated_data
+        )
+        return Response(self.get_serializer(dissent).data)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List overrides (newest first)", parameters=EVIDENCE_FILTERS),
+    retrieve=extend_schema(summary="Get an override"),
+    create=extend_schema(
+        summary="Log that a person overrode an agent's output (tenant-wide key)",
+        request=OverrideLogSerializer,
+        responses={201: OverrideSerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    revert=extend_schema(
+        summary="Mark an override reverted: regret, at once (reviewer)",
+        request=OverrideRevertSerializer,
+        responses=OverrideSerializer,
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+)
+class OverrideViewSet(OwnEvidenceViewSet):
+    queryset = Override.objects.select_related("agent")
+    serializer_class = OverrideSerializer
+    role_by_action = {"revert": Role.REVIEWER}
+
+    def create(self, request: Request) -> Response:
+        serializer = OverrideLogSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        agent = agent_for_caller(self.principal, data.pop("agent"))
+        tenant_wide_key_required(self.principal, "Logging an override")
+        data.setdefault("decided_by", self.principal.actor)
+        override = services.override_log(agent=agent, actor=self.principal.actor, **data)
+        return Response(self.get_serializer(override).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"])
+    def revert(self, request: Request, pk: str | None = None) -> Response:
+        override = self.get_object()
+        tenant_wide_key_required(self.principal, "Reverting an override")
+        serializer = OverrideRevertSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        override = services.override_revert(
+            override=override,
+            reverted_by=serializer.validated_data.get("reverted_by", self.principal.actor),
+            actor=self.principal.actor,
+        )
+        return Response(self.get_serializer(override).data)
+
+
+def _count_of(model: type[Dissent] | type[Override]) -> Coalesce:
+    rows = (
+        model.objects.filter(agent=OuterRef("pk"))
+        .order_by()
+        .values("agent")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Agents with their trust scores, probation and evidence counts"),
+    retrieve=extend_schema(
+        summary="An agent's trust: score, its terms, history, statistics, recent evidence",
+        responses=TrustDetailSerializer,
+    ),
+    export=extend_schema(
+        summary="Export the agent as the design note's per-agent document",
+        responses=OpenApiTypes.OBJECT,
+    ),
+    import_document=extend_schema(
+        summary="Import one agent's document (admin)",
+        request=OpenApiTypes.OBJECT,
+        responses={201: TrustAgentSerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    recompute=extend_schema(
+        summary="Recompute trust scores now (admin)",
+        request=TrustRecomputeSerializer,
+        responses=inline_serializer("TrustRecomputed", {"changed": serializers.IntegerField()}),
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+)
+class TrustViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    queryset = Agent.objects.annotate(
+        dissent_count=_count_of(Dissent), override_count=_count_of(Override)
+    ).order_by("id")
+    serializer_class = TrustAgentSerializer
+    lookup_value_regex = r"\d+"
+    role_by_action = {"import_document": Role.ADMIN, "recompute": Role.ADMIN}
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.principal.agent is not None:
+            return queryset.filter(pk=self.principal.agent.pk)
+        return queryset
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        assert page is not None
+        return self.get_paginated_response([self._summary(agent) for agent in page])
+
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        agent = self.get_object()
+        now = timezone.now()
+        evidence = selectors.trust_evidence(tenant=self.tenant, agent_ids=[agent.pk], now=now)
+        breakdown = trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
+        body = {
+            **self._summary(agent),
+            "components": breakdown.as_dict(),
+            "history": selectors.trust_history(agent=agent),
+            "long_term_stats": selectors.long_term_stats(agent=agent, now=now),
+            "recent_dissents": selectors.recent_dissents(agent=agent),
+            "recent_overrides": selectors.recent_overrides(agent=agent),
+        }
+        return Response(TrustDetailSerializer(body).data)
+
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, pk: str | None = None) -> Response:
+        return Response(interchange.agent_export(agent=self.get_object()))
+
+    @action(detail=False, methods=["post"], url_path="import")
+    def import_document(self, request: Request) -> Response:
+        agent = interchange.agent_import(
+            tenant=self.tenant, document=request.data, actor=self.principal.actor
+        )
+        return Response(
+            self._summary(self.get_queryset().get(pk=agent.pk)), status=status.HTTP_201_CREATED
+        )
+
+    @action(detail=False, methods=["post"])
+    def recompute(self, request: Request) -> Response:
+        serializer = TrustRecomputeSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        names = serializer.validated_data.get("agents")
+        agent_ids = None
+        if names is not None:
+            found = dict(
+                Agent.objects.filter(tenant=self.tenant, name__in=names).values_list("name", "pk")
+            )
+            unknown = [name for name in names if name not in found]
+            if unknown:
+                raise ApiError(
+                    code="unknown_agent",
+                    message=f"No agent named {', '.join(map(repr, unknown))} in this tenant.",
+                    details={"unknown": unknown},
+                )
+            agent_ids = list(found.values())
+        changed = services.trust_recompute(
+            tenant=self.tenant, agent_ids=agent_ids, reason="recomputed"
+        )
+        return Response({"changed": changed})
+
+    def _summary(self, agent: Agent) -> dict[str, Any]:
+        return {
+            "id": agent.pk,
+            "name": agent.name,
+            "trust_score": agent.trust_score,
+            "rounds_participated": agent.rounds_participated,
+            "probation_until": agent.probation_until,
+            "on_probation": selectors.agent_on_probation(agent=agent),
+            "dissents": getattr(agent, "dissent_count", 0),
+            "overrides": getattr(agent, "override_count", 0),
+        }
+
+
+api_router = SimpleRouter()
+api_router.register("rounds", RoundViewSet, basename="round")
+api_router.register("dissents", DissentViewSet, basename="dissent")
+api_router.register("overrides", OverrideViewSet, basename="override")
+api_router.register("trust", TrustViewSet, basename="trust")
+
+api_urls: list[Any] = [*api_router.urls]

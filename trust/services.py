@@ -146,7 +146,7 @@ def trust_recompute(
                 EventDraft(
                     kind="trust.score_changed",
                     actor=SYSTEM_ACTOR,
-                    payload=_score_changed_payload(change, previous[change.agent_id]),
+                    payload=score_changed_payload(change, previous[change.agent_id]),
                 )
                 for change in changes
             ],
@@ -157,7 +157,7 @@ def trust_recompute(
     return len(changes)
 
 
-def _score_changed_payload(change: TrustScoreChange, previous: float | None) -> dict[str, Any]:
+def score_changed_payload(change: TrustScoreChange, previous: float | None) -> dict[str, Any]:
     return {
         "change_id": change.pk,
         "agent_id": change.agent_id,
@@ -406,7 +406,7 @@ def rubric_citations_canonical(*, tenant: Tenant, citations: Sequence[str]) -> l
     return list(dict.fromkeys(by_folded[c.strip().casefold()] for c in citations))
 
 
-def _embed_or_none(texts: Sequence[str]) -> tuple[list[list[float]] | None, str]:
+def embed_or_none(texts: Sequence[str]) -> tuple[list[list[float]] | None, str]:
     """Vectors for the texts, or None while the embedder is down (or of the wrong size)."""
     try:
         vectors = embed_texts(texts)
@@ -459,7 +459,7 @@ def dissent_log(
     occurred = _check_not_future(occurred_at, moment)
     citations = rubric_citations_canonical(tenant=agent.tenant, citations=rubric_citations)
     # Embedding is a network call: made before the lock, so writers never queue behind it.
-    vectors, model = _embed_or_none([text])
+    vectors, model = embed_or_none([text])
     with transaction.atomic():
         tenant_write_lock(agent.tenant)
         rubric = selectors.rubric_current(tenant=agent.tenant)
@@ -579,7 +579,7 @@ def dissent_embeddings_backfill(*, batch_size: int = 256) -> int:
     added = 0
     for start in range(0, len(pending), EMBEDDING_BATCH):
         batch = pending[start : start + EMBEDDING_BATCH]
-        vectors, model = _embed_or_none([d.text for d in batch])
+        vectors, model = embed_or_none([d.text for d in batch])
         if vectors is None:
             break
         created = DissentEmbedding.objects.bulk_create(

@@ -1,0 +1,446 @@
+"""One agent's trust memory as the design note's per-agent document (``memory/<Agent>.json``).
+
+Export reads the tables; import writes the same rows through the same events the services
+write (so a rebuild reproduces them), keeping what the document recorded: dissents keep their
+depth and citations, overrides their regret and who reverted them, the score its history.
+Export, import elsewhere, export again gives the same document.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from config.api import ApiError, Conflict
+from ledger.models import Agent, Tenant
+from ledger.services import (
+    EventDraft,
+    agent_create,
+    agent_update,
+    events_append,
+    tenant_write_lock,
+)
+from trust import selectors
+from trust.models import Dissent, DissentEmbedding, Override, TrustScoreChange
+from trust.scoring import MAX_DEPTH, PRIOR, dissent_depth, text_hash
+from trust.services import (
+    EMBEDDING_BATCH,
+    TEXT_MAX_CHARS,
+    dissent_logged_payload,
+    embed_or_none,
+    override_logged_payload,
+    score_changed_payload,
+)
+
+
+def _stamp(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]:
+    moment = now or timezone.now()
+    dissents = Dissent.objects.filter(agent=agent).order_by("occurred_at", "id")
+    overrides = Override.objects.filter(agent=agent).order_by("occurred_at", "id")
+    return {
+        "agent_name": agent.name,
+        "model": agent.model,
+        "primary_role": agent.primary_role,
+        "dissent_history": [
+            {
+                "round_id": d.round_id,
+                "timestamp": _stamp(d.occurred_at),
+                "context": d.context,
+                "dissent_text": d.text,
+                "rubric_citations": list(d.rubric_citations),
+                "impact": d.impact,
+                "depth_score": d.depth_score,
+                "feedback_incorporated": d.feedback_incorporated,
+            }
+            for d in dissents
+        ],
+        "override_history": [
+            {
+                "round_id": o.round_id,
+                "timestamp": _stamp(o.occurred_at),
+                "context": o.context,
+                "agent_output": o.agent_output,
+                "human_decision": o.human_decision,
+                "decided_by": o.decided_by,
+                "regret": o.regret,
+                "auto_check_deadline": _stamp(o.auto_check_deadline),
+                "reverted_by": o.reverted_by or None,
+            }
+            for o in overrides
+        ],
+        "trust_score": agent.trust_score,
+        "trust_score_history": [
+            {"timestamp": _stamp(h["timestamp"]), "score": h["score"], "reason": h["reason"]}
+            for h in selectors.trust_history(agent=agent)
+        ],
+        "long_term_stats": asdict(selectors.long_term_stats(agent=agent, now=moment)),
+        "rounds_participated": agent.rounds_participated,
+        "probation_until": _stamp(agent.probation_until),
+    }
+
+
+# --- Reading a document ------------------------------------------------------------------------
+
+
+def _invalid(path: str, problem: str) -> ApiError:
+    return ApiError(
+        code="invalid_document",
+        message=f"{path}: {problem}",
+        details={"path": path, "problem": problem},
+    )
+
+
+class _Reader:
+    """Typed access to a document's fields, naming the path of the first bad one."""
+
+    def __init__(self, value: Any, path: str) -> None:
+        if not isinstance(value, dict):
+            raise _invalid(path or "(document)", "must be an object")
+        self.value: dict[str, Any] = value
+        self.path = path
+
+    def _at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def text(self, key: str, *, default: str | None = None, limit: int = 200) -> str:
+        value = self.value.get(key, default)
+        if value is None and default is not None:
+            value = default
+        if not isinstance(value, str):
+            raise _invalid(self._at(key), "must be a string")
+        if len(value) > limit:
+            raise _invalid(self._at(key), f"is longer than {limit} characters")
+        return value
+
+    def body(self, key: str) -> str:
+        value = self.text(key, limit=TEXT_MAX_CHARS)
+        if not value.strip():
+            raise _invalid(self._at(key), "is empty")
+        return value
+
+    def when(self, key: str, *, required: bool = True) -> datetime | None:
+        value = self.value.get(key)
+        if value is None and not required:
+            return None
+        moment = parse_datetime(value) if isinstance(value, str) else None
+        if moment is None or moment.tzinfo is None:
+            raise _invalid(self._at(key), "must be an ISO 8601 timestamp with a time zone")
+        return moment
+
+    def number(self, key: str, *, low: float, high: float, default: float | None = None) -> float:
+        value = self.value.get(key, default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not low <= value <= high
+        ):
+            raise _invalid(self._at(key), f"must be a number from {low} to {high}")
+        return float(value)
+
+    def flag(self, key: str, *, nullable: bool) -> bool | None:
+        value = self.value.get(key)
+        if value is None and nullable:
+            return None
+        if not isinstance(value, bool):
+            raise _invalid(
+                self._at(key), "must be true or false" + (" or null" if nullable else "")
+            )
+        return value
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self.value.get(key, {})
+        if not isinstance(value, dict):
+            raise _invalid(self._at(key), "must be an object")
+        return value
+
+    def items(self, key: str) -> list[_Reader]:
+        value = self.value.get(key, [])
+        if not isinstance(value, list):
+            raise _invalid(self._at(key), "must be a list")
+        return [_Reader(item, f"{self._at(key)}[{n}]") for n, item in enumerate(value)]
+
+    def names(self, key: str) -> list[str]:
+        value = self.value.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _invalid(self._at(key), "must be a list of strings")
+        return list(value)
+
+
+def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
+    text = item.body("dissent_text")
+    citations = item.names("rubric_citations")
+    depth = item.number("depth_score", low=0.0, high=MAX_DEPTH)
+    # The document keeps only the total: the length and citation parts are recomputed, the
+    # rest is the novelty it was logged with (unknown to us, hence novelty_known false).
+    parts = dissent_depth(text=text, citations=len(citations), max_similarity=None)
+    novelty = min(max(depth - parts.length - parts.citations, 0.0), 1.0)
+    occurred = item.when("timestamp")
+    assert occurred is not None
+    impact = item.flag("impact", nullable=True)
+    return Dissent(
+        tenant_id=agent.tenant_id,
+        agent=agent,
+        round_id=item.text("round_id", default=""),
+        occurred_at=occurred,
+        created_at=now,
+        context=item.mapping("context"),
+        text=text,
+        rubric_citations=citations,
+        rubric_version=None,
+        length_score=parts.length,
+        citation_score=parts.citations,
+        novelty=novelty,
+        novelty_known=False,
+        depth_score=depth,
+        impact=impact,
+        feedback_incorporated=item.flag("feedback_incorporated", nullable=True),
+        impact_set_at=occurred if impact is not None else None,
+        imported=True,
+    )
+
+
+def _override_row(item: _Reader, agent: Agent, now: datetime) -> Override:
+    occurred = item.when("timestamp")
+    assert occurred is not None
+    agent_output = item.body("agent_output")
+    human_decision = item.body("human_decision")
+    deadline = item.when("auto_check_deadline", required=False) or occurred + timedelta(
+        hours=settings.OVERRIDE_CHECK_HOURS
+    )
+    regret = item.flag("regret", nullable=True) or False
+    reverted_by = item.value.get("reverted_by")
+    if reverted_by is not None:
+        reverted_by = item.text("reverted_by")
+    reverted = regret or reverted_by is not None
+    return Override(
+        tenant_id=agent.tenant_id,
+        agent=agent,
+        round_id=item.text("round_id", default=""),
+        occurred_at=occurred,
+        created_at=now,
+        context=item.mapping("context"),
+        agent_output=agent_output,
+        human_decision=human_decision,
+        agent_output_hash=text_hash(agent_output),
+        decision_hash=text_hash(human_decision),
+        decided_by=item.text("decided_by", default=""),
+        regret=regret,
+        auto_check_deadline=deadline,
+        reverted_by=reverted_by or "",
+        reverted_at=now if reverted else None,
+        revert_reason=Override.RevertReason.IMPORTED if reverted else "",
+    )
+
+
+def _history_rows(document: _Reader, agent: Agent) -> list[TrustScoreChange]:
+    rows = []
+    for item in document.items("trust_score_history"):
+        at = item.when("timestamp")
+        assert at is not None
+        rows.append(
+            TrustScoreChange(
+                tenant_id=agent.tenant_id,
+                agent=agent,
+                at=at,
+                score=item.number("score", low=0.0, high=1.0),
+                reason=item.text("reason", limit=64),
+                components={},
+            )
+        )
+    return rows
+
+
+def _agent_fields(document: _Reader) -> dict[str, Any]:
+    name = document.text("agent_name")
+    if not name.strip():
+        raise _invalid("agent_name", "is empty")
+    return {
+        "name": name,
+        "model": document.text("model", default=""),
+        "primary_role": document.text("primary_role", default="", limit=100),
+        "probation_until": document.when("probation_until", required=False),
+    }
+
+
+def agent_import(
+    *, tenant: Tenant, document: Any, actor: str, now: datetime | None = None
+) -> Agent:
+    """Bring one agent's document into the tenant: the agent (created if missing) and its
+    dissents, overrides, score history and rounds. An agent that already has trust evidence is
+    refused (409 ``agent_has_trust_history``): two histories cannot be merged faithfully."""
+    moment = now or timezone.now()
+    reader = _Reader(document, "")
+    fields = _agent_fields(reader)
+    rounds = reader.value.get("rounds_participated", 0)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise _invalid("rounds_participated", "must be a whole number, 0 or more")
+    # Rows are built (and so checked) against a stand-in agent before anything is written.
+    draft_agent = Agent(tenant=tenant, name=fields["name"])
+    dissents = [_dissent_row(i, draft_agent, moment) for i in reader.items("dissent_history")]
+    overrides = [_override_row(i, draft_agent, moment) for i in reader.items("override_history")]
+    history = _history_rows(reader, draft_agent)
+    last = history[-1].score if history else PRIOR
+    score = reader.number("trust_score", low=0.0, high=1.0, default=last)
+    vectors, model = None, ""
+    if dissents:
+        vectors, model = _embed_all([d.text for d in dissents])
+    with transaction.atomic():
+        tenant_write_lock(tenant)
+        agent = _agent_for_import(tenant=tenant, fields=fields, actor=actor)
+        for dissent in dissents:
+            dissent.agent = agent
+        for override in overrides:
+            override.agent = agent
+        for change in history:
+            change.agent = agent
+        if score != last:
+            history.append(
+                TrustScoreChange(
+                    tenant=tenant, agent=agent, at=moment, score=score, reason="imported"
+                )
+            )
+        drafts = _write_rows(
+            tenant=tenant,
+            agent=agent,
+            dissents=dissents,
+            overrides=overrides,
+            history=history,
+            actor=actor,
+            now=moment,
+        )
+        if vectors is not None:
+            DissentEmbedding.objects.bulk_create(
+                DissentEmbedding(
+                    tenant=tenant, dissent_id=d.pk, agent=agent, embedding=v, model=model
+                )
+                for d, v in zip(dissents, vectors, strict=True)
+            )
+        agent.trust_score = score
+        agent.rounds_participated = rounds
+        agent.save(update_fields=["trust_score", "rounds_participated"])
+        drafts.append(
+            EventDraft(
+                kind="trust.rounds_imported",
+                actor=actor,
+                payload={"agent_id": agent.pk, "rounds_participated": rounds},
+            )
+        )
+        events_append(tenant=tenant, drafts=drafts)
+    return agent
+
+
+def _embed_all(texts: list[str]) -> tuple[list[list[float]] | None, str]:
+    """All the vectors or none: the backfill fills what an outage left out."""
+    vectors: list[list[float]] = []
+    model = ""
+    for start in range(0, len(texts), EMBEDDING_BATCH):
+        batch, model = embed_or_none(texts[start : start + EMBEDDING_BATCH])
+        if batch is None:
+            return None, ""
+        vectors.extend(batch)
+    return vectors, model
+
+
+def _agent_for_import(*, tenant: Tenant, fields: dict[str, Any], actor: str) -> Agent:
+    agent: Agent | None = Agent.objects.filter(tenant=tenant, name=fields["name"]).first()
+    if agent is None:
+        agent = agent_create(
+            tenant=tenant,
+            name=fields["name"],
+            model=fields["model"],
+            primary_role=fields["primary_role"],
+            actor=actor,
+        )
+    elif (
+        Dissent.objects.filter(agent=agent).exists()
+        or Override.objects.filter(agent=agent).exists()
+        or TrustScoreChange.objects.filter(agent=agent).exists()
+    ):
+        raise Conflict(
+            code="agent_has_trust_history",
+            message=f"{agent.name} already has trust history here; import into a fresh agent.",
+            details={"agent_id": agent.pk},
+        )
+    changes = {k: v for k, v in fields.items() if k != "name"}
+    return agent_update(agent=agent, actor=actor, changes=changes)
+
+
+def _write_rows(
+    *,
+    tenant: Tenant,
+    agent: Agent,
+    dissents: list[Dissent],
+    overrides: list[Override],
+    history: list[TrustScoreChange],
+    actor: str,
+    now: datetime,
+) -> list[EventDraft]:
+    """Insert the rows and return their events, in the order a replay needs them."""
+    Dissent.objects.bulk_create(dissents)
+    Override.objects.bulk_create(overrides)
+    TrustScoreChange.objects.bulk_create(history)
+    drafts = [
+        EventDraft(kind="dissent.logged", actor=actor, payload=dissent_logged_payload(d))
+        for d in dissents
+    ]
+    drafts += [
+        EventDraft(
+            kind="dissent.impact_set",
+            actor=actor,
+            payload={
+                "dissent_id": d.pk,
+                "impact": d.impact,
+                "feedback_incorporated": d.feedback_incorporated,
+                "at": d.impact_set_at.isoformat(),
+            },
+        )
+        for d in dissents
+        if d.impact is not None and d.impact_set_at is not None
+    ]
+    drafts += [
+        EventDraft(kind="override.logged", actor=actor, payload=override_logged_payload(o))
+        for o in overrides
+    ]
+    reverted: dict[tuple[str, bool], list[int]] = {}
+    for o in overrides:
+        if o.reverted_at is not None:
+            reverted.setdefault((o.reverted_by, o.regret), []).append(o.pk)
+    drafts += [
+        EventDraft(
+            kind="override.reverted",
+            actor=actor,
+            payload={
+                "override_ids": ids,
+                "reverted_by": by,
+                "reason": Override.RevertReason.IMPORTED.value,
+                "regret": regret,
+                "at": now.isoformat(),
+            },
+        )
+        for (by, regret), ids in reverted.items()
+    ]
+    previous: float | None = None
+    for change in history:
+        drafts.append(
+            EventDraft(
+                kind="trust.score_changed",
+                actor=actor,
+                payload=score_changed_payload(change, previous),
+            )
+        )
+        previous = change.score
+    return drafts
