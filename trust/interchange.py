@@ -181,15 +181,18 @@ class _Reader:
 
 
 def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
-    text = item.body("dissent_text")
-    citations = item.names("rubric_citations")
-    depth = item.number("depth_score", low=0.0, high=MAX_DEPTH)
-    # The document keeps only the total: the length and citation parts are recomputed, the
-    # rest is the novelty it was logged with (unknown to us, hence novelty_known false).
-    parts = dissent_depth(text=text, citations=len(citations), max_similarity=None)
-    novelty = min(max(depth - parts.length - parts.citations, 0.0), 1.0)
     occurred = item.when("timestamp")
     assert occurred is not None
+    text = item.body("dissent_text")
+    citations = item.names("rubric_citations")
+    # The document keeps only the total: the length and citation parts are recomputed, the
+    # rest is the novelty it was logged with (unknown to us, hence novelty_known false). A
+    # document without depths gets length and citations only, as if the embedder had been down.
+    parts = dissent_depth(text=text, citations=len(citations), max_similarity=None)
+    depth = parts.depth
+    if item.value.get("depth_score") is not None:
+        depth = item.number("depth_score", low=0.0, high=MAX_DEPTH)
+    novelty = min(max(depth - parts.length - parts.citations, 0.0), 1.0)
     impact = item.flag("impact", nullable=True)
     return Dissent(
         tenant_id=agent.tenant_id,

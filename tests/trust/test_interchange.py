@@ -1,0 +1,197 @@
+"""Per-agent documents (the design note's memory/<Agent>.json): export, import, round trip."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from config.api import ApiError
+from ledger.models import Agent, Event
+from ledger.projections import projection_rebuild, registered_projections
+from trust.interchange import agent_export, agent_import
+from trust.models import Dissent, Override, TrustScoreChange
+from trust.services import (
+    dissent_log,
+    dissent_set_impact,
+    override_log,
+    override_revert,
+    overrides_infer_regret,
+    round_finalize,
+    rounds_post,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def creator(tenant, make_agent, clock, dissent_embedder):
+    """An agent with dissents (judged and not), overrides (open, marked, inferred), rounds and
+    a score history."""
+    agent = make_agent(tenant, name="Creator1", model="gpt-x", primary_role="creator")
+    # Registered before the fixed clock's events, as it would have been.
+    Agent.objects.filter(pk=agent.pk).update(created_at=clock - timedelta(days=30))
+    for n in range(3):
+        round_ = rounds_post(
+            tenant=tenant,
+            round_id=f"run/round_{n}",
+            participants=["Creator1"],
+            actor="o",
+            now=clock,
+        )
+        dissent = dissent_log(
+            agent=agent,
+            text=f"dissent {n} about tooling and cost",
+            round_id=round_.round_id,
+            context={"task": "ADR", "artifact_type": "adr"},
+            actor="o",
+            now=clock + timedelta(minutes=n),
+        )
+        if n:
+            dissent_set_impact(
+                dissent=dissent, impact=n == 1, feedback_incorporated=n == 1, actor="o", now=clock
+            )
+        override = override_log(
+            agent=agent,
+            agent_output=f"output {n}",
+            human_decision=f"decision {n}",
+            decided_by="alice",
+            round_id=round_.round_id,
+            context={"task": "ADR"},
+            actor="o",
+            now=clock + timedelta(minutes=n),
+        )
+        if n == 0:
+            override_revert(override=override, reverted_by="alice", actor="o", now=clock)
+        if n == 1:
+            round_finalize(round=round_, final_output="other", actor="o", now=clock)
+    overrides_infer_regret(tenant=tenant, now=clock + timedelta(days=2))
+    agent.refresh_from_db()
+    return agent
+
+
+def test_export_import_export_gives_the_same_document(creator, other_tenant, clock):
+    later = clock + timedelta(days=3)
+    document = agent_export(agent=creator, now=later)
+
+    imported = agent_import(
+        tenant=other_tenant, document=json.loads(json.dumps(document)), actor="o"
+    )
+
+    assert agent_export(agent=imported, now=later) == document
+    assert document["rounds_participated"] == 3
+    assert [o["reverted_by"] for o in document["override_history"]] == ["alice", "system", None]
+    assert document["trust_score_history"][0]["reason"] == "initial"
+    assert imported.trust_score == creator.trust_score != 0.6
+
+
+def test_an_import_is_replayed_by_a_rebuild(creator, other_tenant, clock):
+    document = agent_export(agent=creator, now=clock)
+    agent = agent_import(tenant=other_tenant, document=document, actor="o")
+    trust = next(p for p in registered_projections() if p.name == "trust")
+
+    unchanged = projection_rebuild(projection=trust, tenant=other_tenant)
+
+    assert unchanged
+    assert agent_export(agent=Agent.objects.get(pk=agent.pk), now=clock) == document
+    assert all(Dissent.objects.filter(agent=agent).values_list("imported", flat=True))
+
+
+def test_imported_dissents_keep_their_depth_and_citations(tenant, embedder_down):
+    document = {
+        "agent_name": "Veteran",
+        "dissent_history": [
+            {
+                "timestamp": "2025-02-14T16:20:00Z",
+                "dissent_text": "The decision ignores existing REST tooling.",
+                "rubric_citations": ["Accuracy", "Not In Our Rubric"],
+                "impact": True,
+                "depth_score": 1.4,
+                "feedback_incorporated": True,
+            }
+        ],
+        "rounds_participated": 24,
+    }
+
+    agent = agent_import(tenant=tenant, document=document, actor="o")
+
+    dissent = Dissent.objects.get(agent=agent)
+    assert (dissent.depth_score, dissent.rubric_citations) == (
+        1.4,
+        ["Accuracy", "Not In Our Rubric"],
+    )
+    assert (dissent.imported, dissent.impact, dissent.novelty_known) == (True, True, False)
+    assert agent.rounds_participated == 24
+
+
+@pytest.mark.parametrize(
+    ("document", "path"),
+    [
+        ([], "(document)"),
+        ({"agent_name": ""}, "agent_name"),
+        ({"agent_name": "A", "dissent_history": {}}, "dissent_history"),
+        (
+            {
+                "agent_name": "A",
+                "dissent_history": [{"timestamp": "yesterday", "dissent_text": "t"}],
+            },
+            "dissent_history[0].timestamp",
+        ),
+        (
+            {
+                "agent_name": "A",
+                "dissent_history": [
+                    {"timestamp": "2025-01-01T00:00:00Z", "dissent_text": "t", "depth_score": 3}
+                ],
+            },
+            "dissent_history[0].depth_score",
+        ),
+        (
+            {"agent_name": "A", "override_history": [{"timestamp": "2025-01-01T00:00:00Z"}]},
+            "override_history[0].agent_output",
+        ),
+        ({"agent_name": "A", "trust_score": 1.5}, "trust_score"),
+        ({"agent_name": "A", "rounds_participated": -1}, "rounds_participated"),
+    ],
+)
+def test_a_bad_document_is_refused_naming_the_field(tenant, document, path):
+    events = Event.objects.count()
+
+    with pytest.raises(ApiError) as refused:
+        agent_import(tenant=tenant, document=document, actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (400, "invalid_document")
+    assert refused.value.details["path"] == path
+    assert Event.objects.count() == events
+    assert not Agent.objects.filter(tenant=tenant).exists()
+
+
+def test_importing_over_an_agent_with_history_is_refused(creator, tenant, clock):
+    document = agent_export(agent=creator, now=clock)
+    counts = (Dissent.objects.count(), Override.objects.count(), TrustScoreChange.objects.count())
+
+    with pytest.raises(ApiError) as refused:
+        agent_import(tenant=tenant, document=document, actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (409, "agent_has_trust_history")
+    assert (
+        Dissent.objects.count(),
+        Override.objects.count(),
+        TrustScoreChange.objects.count(),
+    ) == (counts)
+
+
+def test_the_commands_move_a_folder_of_agents(creator, other_tenant, tmp_path):
+    call_command("trust_export", "--tenant", "acme", "--output", str(tmp_path), stdout=StringIO())
+    out = StringIO()
+
+    call_command("trust_import", "--tenant", "globex", str(tmp_path), stdout=out)
+
+    assert (tmp_path / "Creator1.json").exists()
+    assert "imported Creator1" in out.getvalue()
+    moved = Agent.objects.get(tenant=other_tenant, name="Creator1")
+    assert Dissent.objects.filter(agent=moved).count() == 3
+    assert moved.model == "gpt-x"
