@@ -59,6 +59,23 @@ class DevilsAdvocatePick:
     event_seq: int
 
 
+def unknown_agents(names: Sequence[str]) -> ApiError:
+    return ApiError(
+        code="unknown_agent",
+        message=f"No agent of this tenant is named {', '.join(names)}.",
+        details={"unknown": list(names)},
+    )
+
+
+def agents_named(*, tenant: Tenant, names: Sequence[str]) -> dict[str, Agent]:
+    """The tenant's agents by name; 400 ``unknown_agent`` listing the names that are none."""
+    agents = {agent.name: agent for agent in Agent.objects.filter(tenant=tenant, name__in=names)}
+    unknown = [name for name in names if name not in agents]
+    if unknown:
+        raise unknown_agents(unknown)
+    return agents
+
+
 def _valid_seed(seed: object) -> int:
     # bool is an int to Python, and a float seed would be hashed rather than used: refuse both,
     # so that a seed reported in the ledger always replays the same pick.
@@ -111,14 +128,7 @@ def devils_advocate_pick(
         )
     used_seed = _valid_seed(seed)
     moment = now or timezone.now()
-    agents = {agent.name: agent for agent in Agent.objects.filter(tenant=tenant, name__in=names)}
-    unknown = [name for name in names if name not in agents]
-    if unknown:
-        raise ApiError(
-            code="unknown_agent",
-            message=f"No agent of this tenant is named {', '.join(unknown)}.",
-            details={"unknown": unknown},
-        )
+    agents = agents_named(tenant=tenant, names=names)
     eligible = [
         name
         for name in names

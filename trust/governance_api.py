@@ -25,12 +25,14 @@ from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
 from trust.governance import (
+    agents_named,
     devils_advocate_pick,
     gaming_flag_review,
     rubric_proposal_decide,
     rubric_proposal_open,
     rubric_version_create,
     trust_metrics,
+    unknown_agents,
 )
 from trust.governance_serializers import (
     DevilsAdvocatePickSerializer,
@@ -47,6 +49,16 @@ from trust.governance_serializers import (
 )
 from trust.models import GamingFlag, Override, RubricProposal, RubricVersion
 from trust.selectors import rubric_current
+
+
+def status_filtered(
+    queryset: QuerySet[Any], wanted: str | None, statuses: list[str]
+) -> QuerySet[Any]:
+    if wanted is None:
+        return queryset
+    if wanted not in statuses:
+        raise ApiError(code="invalid_filter", message=f"status is one of {', '.join(statuses)}.")
+    return queryset.filter(status=wanted)
 
 
 class DevilsAdvocateViewSet(TenantScopedViewSet):
@@ -107,13 +119,9 @@ class TrustMetricsViewSet(TenantScopedViewSet):
         own = self.principal.agent
         if name is None:
             return own
-        agent: Agent | None = self.get_queryset().filter(name=name).first()
-        if agent is None or (own is not None and agent.pk != own.pk):
-            raise ApiError(
-                code="unknown_agent",
-                message=f"No agent of this tenant is named {name}.",
-                details={"unknown": [name]},
-            )
+        agent = agents_named(tenant=self.tenant, names=[name])[name]
+        if own is not None and agent.pk != own.pk:
+            raise unknown_agents([name])
         return agent
 
 
@@ -143,13 +151,7 @@ class GamingFlagViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenant
         params = self.request.query_params
         if self.action != "list":
             return queryset
-        if "status" in params:
-            if params["status"] not in GamingFlag.Status.values:
-                raise ApiError(
-                    code="invalid_filter",
-                    message=f"status is one of {', '.join(GamingFlag.Status.values)}.",
-                )
-            queryset = queryset.filter(status=params["status"])
+        queryset = status_filtered(queryset, params.get("status"), GamingFlag.Status.values)
         if "agent" in params:
             queryset = queryset.filter(agent__name=params["agent"])
         return queryset
@@ -248,15 +250,10 @@ class RubricProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Te
     role_by_action = {"accept": Role.ADMIN, "reject": Role.ADMIN}
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.action != "list":
+            return queryset
         wanted = self.request.query_params.get("status")
-        if self.action == "list" and wanted is not None:
-            if wanted not in RubricProposal.Status.values:
-                raise ApiError(
-                    code="invalid_filter",
-                    message=f"status is one of {', '.join(RubricProposal.Status.values)}.",
-                )
-            queryset = queryset.filter(status=wanted)
-        return queryset
+        return status_filtered(queryset, wanted, RubricProposal.Status.values)
 
     def create(self, request: Request) -> Response:
         if self.principal.agent is not None:
