@@ -160,6 +160,32 @@ class _Batch:
             )
 
 
+def _version_append(
+    tenant: Tenant,
+    batch: _Batch,
+    round_: Round,
+    number: int,
+    content: str,
+    content_hash: str,
+    author: str,
+    payload: dict[str, Any],
+) -> None:
+    round_.output = content
+    round_.output_hash = content_hash
+    round_.output_version = number
+    batch.versions.append(
+        ArtifactVersion(
+            tenant=tenant,
+            round_id=round_.pk,
+            number=number,
+            content=content,
+            content_hash=content_hash,
+            author=author,
+            created_at=_when(payload["at"]),
+        )
+    )
+
+
 class TrustProjection:
     name = "trust"
     owned_kinds = TRUST_EVENT_KINDS
@@ -238,22 +264,11 @@ class TrustProjection:
         round_ = batch.round(int(p["round_pk"]))
         if round_ is None:
             return
-        at = _when(p["at"])
-        round_.final_output = round_.output = p["final_output"]
-        round_.output_hash = p["output_hash"]
-        round_.finalized_at = at
+        round_.final_output = p["final_output"]
+        round_.finalized_at = _when(p["at"])
         round_.finalized_by = event.actor
-        round_.output_version = 1
-        batch.versions.append(
-            ArtifactVersion(
-                tenant=tenant,
-                round_id=round_.pk,
-                number=1,
-                content=p["final_output"],
-                content_hash=p["output_hash"],
-                author=event.actor,
-                created_at=at,
-            )
+        _version_append(
+            tenant, batch, round_, 1, p["final_output"], p["output_hash"], event.actor, p
         )
 
     def _round_output_revised(
@@ -262,19 +277,15 @@ class TrustProjection:
         round_ = batch.round(int(p["round_pk"]))
         if round_ is None:
             return
-        round_.output = p["content"]
-        round_.output_hash = p["content_hash"]
-        round_.output_version = int(p["version"])
-        batch.versions.append(
-            ArtifactVersion(
-                tenant=tenant,
-                round_id=round_.pk,
-                number=int(p["version"]),
-                content=p["content"],
-                content_hash=p["content_hash"],
-                author=p["author"],
-                created_at=_when(p["at"]),
-            )
+        _version_append(
+            tenant,
+            batch,
+            round_,
+            int(p["version"]),
+            p["content"],
+            p["content_hash"],
+            p["author"],
+            p,
         )
 
     def _dissent_logged(

@@ -279,32 +279,15 @@ def round_finalize(
         locked.final_output = final_output
         locked.finalized_at = moment
         locked.finalized_by = actor
-        locked.output = final_output
-        locked.output_hash = digest
-        locked.output_version = 1
-        locked.save()
-        ArtifactVersion.objects.create(
-            tenant=locked.tenant,
+        _round_output_write(
             round=locked,
             number=1,
             content=final_output,
-            content_hash=digest,
             author=actor,
-            created_at=moment,
-        )
-        event_append(
-            tenant=locked.tenant,
-            kind="round.finalized",
             actor=actor,
-            run_id=locked.run_id,
-            round_id=locked.round_id,
-            payload={
-                "round_pk": locked.pk,
-                "round_id": locked.round_id,
-                "final_output": final_output,
-                "output_hash": digest,
-                "at": moment.isoformat(),
-            },
+            kind="round.finalized",
+            payload={"final_output": final_output, "output_hash": digest},
+            now=moment,
         )
         overrides_infer_regret(tenant=locked.tenant, round=locked, now=moment)
     return locked
@@ -329,34 +312,21 @@ def round_revise(
                 code="round_not_finalized",
                 message="Finalise the round before posting newer versions of its output.",
             )
-        version = ArtifactVersion.objects.create(
-            tenant=locked.tenant,
+        number = locked.output_version + 1
+        version = _round_output_write(
             round=locked,
-            number=locked.output_version + 1,
+            number=number,
             content=content,
-            content_hash=digest,
             author=author,
-            created_at=moment,
-        )
-        locked.output = content
-        locked.output_hash = digest
-        locked.output_version = version.number
-        locked.save(update_fields=["output", "output_hash", "output_version"])
-        event_append(
-            tenant=locked.tenant,
-            kind="round.output_revised",
             actor=actor,
-            run_id=locked.run_id,
-            round_id=locked.round_id,
+            kind="round.output_revised",
             payload={
-                "round_pk": locked.pk,
-                "round_id": locked.round_id,
-                "version": version.number,
+                "version": number,
                 "content": content,
                 "content_hash": digest,
                 "author": author,
-                "at": moment.isoformat(),
             },
+            now=moment,
         )
         undone = list(
             Override.objects.filter(
@@ -376,6 +346,48 @@ def round_revise(
             actor=actor,
             now=moment,
         )
+    return version
+
+
+def _round_output_write(
+    *,
+    round: Round,
+    number: int,
+    content: str,
+    author: str,
+    actor: str,
+    kind: str,
+    payload: dict[str, Any],
+    now: datetime,
+) -> ArtifactVersion:
+    """Make ``content`` the round's current output (version ``number``) and log ``kind``."""
+    digest = text_hash(content)
+    version = ArtifactVersion.objects.create(
+        tenant=round.tenant,
+        round=round,
+        number=number,
+        content=content,
+        content_hash=digest,
+        author=author,
+        created_at=now,
+    )
+    round.output = content
+    round.output_hash = digest
+    round.output_version = number
+    round.save()
+    event_append(
+        tenant=round.tenant,
+        kind=kind,
+        actor=actor,
+        run_id=round.run_id,
+        round_id=round.round_id,
+        payload={
+            "round_pk": round.pk,
+            "round_id": round.round_id,
+            **payload,
+            "at": now.isoformat(),
+        },
+    )
     return version
 
 
