@@ -32,6 +32,7 @@ def governed(tenant, make_agent):
             dissent_row(critic, NOW - timedelta(minutes=i), citations=["Accuracy"])
     first = gaming_check(agent=critics[0], now=NOW)
     gaming_check(agent=critics[1], now=NOW)
+    assert first is not None
     gaming_flag_review(flag=first, status="confirmed", note="Always accuracy.", actor="human:rev")
     rubric_version_create(
         tenant=tenant,

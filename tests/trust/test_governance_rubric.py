@@ -187,6 +187,7 @@ def test_accepting_makes_a_new_version_with_the_change(
     )
 
     current = rubric_current(tenant=tenant)
+    assert current is not None
     assert current.number == rubric.number + 1
     assert criteria_of(current) == expected
     assert (current.proposal, current.created_by) == (proposal, "human:admin")
