@@ -6,9 +6,14 @@ import pytest
 
 from config.api import ApiError
 from ledger.models import Event
-from tests.trust.governance_rows import agent_with, dissent_row
-from trust.governance import gaming_check, gaming_flag_review
-from trust.models import GamingFlag
+from tests.trust.governance_rows import agent_with, dissent_row, override_row
+from trust.governance import (
+    CriterionDraft,
+    gaming_check,
+    gaming_flag_review,
+    rubric_version_create,
+)
+from trust.models import Dissent, GamingFlag
 
 pytestmark = pytest.mark.django_db
 
@@ -152,3 +157,30 @@ def test_after_a_review_only_dissents_logged_since_count(trusted, flag):
     assert (unchanged, too_few) == (None, None)
     assert again is not None
     assert again.dissents_considered == 10
+
+
+def test_logging_a_dissent_through_the_core_runs_the_check(
+    tenant, make_agent, embedder_down, clock
+):
+    from trust.services import dissent_log, dissent_set_impact
+
+    rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="x")
+    agent = make_agent(tenant, name="Narrow")
+    for _ in range(5):
+        override_row(agent, clock - timedelta(days=1))
+    text = " ".join(["the claim in section two is not supported by the cited data"] * 5)
+
+    def log() -> None:
+        dissent_log(agent=agent, text=text, rubric_citations=["accuracy"], actor="x", now=clock)
+
+    for _ in range(9):
+        log()
+    for dissent in Dissent.objects.filter(agent=agent):
+        dissent_set_impact(dissent=dissent, impact=True, actor="x", now=clock)
+    assert not GamingFlag.objects.filter(agent=agent).exists()
+
+    log()
+
+    flag = GamingFlag.objects.get(agent=agent)
+    assert (flag.dissents_considered, flag.citation_counts) == (10, {"Accuracy": 10})
+    assert flag.trust_score >= 0.7
