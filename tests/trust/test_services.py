@@ -230,10 +230,8 @@ def test_depth_adds_length_citations_and_novelty(agent, rubric, dissent_embedder
     new = dissent_log(agent=agent, text="entirely different complaint here", actor="o")
 
     # The first has no previous dissent: novelty 0 (the design note's rule).
-    assert (first.length_score, first.citation_score, first.novelty) == (
-        1.0,
-        pytest.approx(0.2),
-        0.0,
+    assert (first.length_score, first.citation_score, first.novelty) == pytest.approx(
+        (1.0, 0.2, 0.0)
     )
     assert first.depth_score == pytest.approx(1.2)
     assert same.novelty == pytest.approx(0.0, abs=1e-6)
