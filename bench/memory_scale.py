@@ -311,7 +311,8 @@ windows AS (
 documents AS (
     SELECT id,
         setweight(to_tsvector('english',
-            '[' || to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') || '] ' || line), 'A')
+            '[' || to_char(occurred_at AT TIME ZONE 'UTC', 'FMDD FMMonth YYYY') || '] '
+            || line), 'A')
         || to_tsvector('english', coalesce(around, '')) AS tsv
     FROM windows
 )

@@ -562,9 +562,9 @@ class KnowledgeSearchOutcome:
     took_ms: float
 
 
-# Memory search's fusion (docs/search.md): 0.6 of the min-max normalised cosine, 0.4 of the
-# min-max normalised keyword score.
-DENSE_WEIGHT = 0.6
+# Memory search's fusion (docs/search.md): this share of the min-max normalised cosine, the rest
+# of the min-max normalised keyword score.
+DENSE_WEIGHT = 0.5
 SEARCH_CANDIDATES = 50
 
 

@@ -100,8 +100,11 @@ class Memory(models.Model):
         indexes = [
             models.Index(fields=["tenant", "agent", "created_at"], name="memory_agent_created"),
             models.Index(fields=["tenant", "agent", "content_hash"], name="memory_agent_hash"),
+            # With the id, "the turn before/after this one" is one index probe even when a whole
+            # session shares a timestamp (a batch stored at once does).
             models.Index(
-                fields=["tenant", "agent", "session_id", "occurred_at"], name="memory_session"
+                fields=["tenant", "agent", "session_id", "occurred_at", "id"],
+                name="memory_session",
             ),
             GinIndex(fields=["tags"], name="memory_tags"),
             # btree_gin puts the agent in the same index, so a keyword lookup reads one agent's

@@ -3,9 +3,9 @@
 Per source, candidates come from a semantic leg (nearest vectors) and a keyword leg (full-text
 matches), both index-backed. Each candidate's *similarity* fuses the two kinds of evidence the
 way the LoCoMo dev set chose (docs/retrieval-research.md): min-max normalised cosine (over every
-candidate of the call, since all vectors come from one embedder) weighted 0.6 and min-max
+candidate of the call, since all vectors come from one embedder) weighted 0.5 and min-max
 normalised keyword score (per source, since the sources score keywords differently) weighted
-0.4, plus 0.3 of the better of its two session neighbours' scores, rescaled to [0, 1]. Then every
+0.5, plus 0.3 of the better of its two session neighbours' scores, rescaled to [0, 1]. Then every
 candidate is ranked by
 
     score = 0.5·similarity + 0.2·recency + 0.2·importance + 0.1·source_priority
@@ -45,7 +45,7 @@ SOURCE_PRIORITY = {AGENT_MEMORY: 1.0, AUDIT_LOG: 0.8, WORKFLOW_STEPS: 0.6, KNOWL
 WORKFLOW_STEP_KIND = "workflow.step_completed"
 
 # Fusion of the two kinds of evidence, chosen on LoCoMo dev (docs/retrieval-research.md).
-DENSE_WEIGHT = 0.6
+DENSE_WEIGHT = 0.5
 NEIGHBOUR_BOOST = 0.3
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -55,6 +55,8 @@ MEMORY_KEYWORD_CANDIDATES = 1000
 # Lexemes in more documents than this only score candidates; they do not fetch any (a word in
 # most of a million memories says little and would make the keyword leg read all of them).
 KEYWORD_FETCH_MAX_DF = 5000
+KEYWORD_FETCH_MAX_SHARE = 0.25
+KEYWORD_FETCH_MIN_DF = 50
 EVENT_CANDIDATES = 50
 # The audit log's semantic leg compares the query with the tenant's newest embedded events.
 EVENT_SEMANTIC_WINDOW = 2000
@@ -152,33 +154,36 @@ NO_ROWS = "SELECT NULL::bigint AS id WHERE false"
 
 # One round trip: the candidates of both legs, each with its cosine (keyword-only ones too: the
 # research lost 0.03 R@10 without it), its Okapi BM25 from its tsvector positions and the
-# agent's statistics, and its session neighbours for the neighbour boost.
+# agent's statistics, and its session neighbours for the neighbour boost. The candidate ids are
+# gathered into one array first so each row is read once, by primary key, however large the
+# table (a hash join would read all of it).
 MEMORY_CANDIDATES_SQL = """
 WITH dense AS ({dense}),
 keyword AS ({keyword}),
-candidates AS (SELECT id FROM dense UNION SELECT id FROM keyword),
+candidate_ids AS MATERIALIZED (
+    SELECT array_agg(id) AS ids FROM (SELECT id FROM dense UNION SELECT id FROM keyword) AS c
+),
 query_terms AS (
     SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS q(lexeme, idf)
-),
-bm25 AS (
-    SELECT c.id, sum(
-        q.idf * array_length(u.positions, 1) * (%(k1)s + 1)
-        / (array_length(u.positions, 1)
-           + %(k1)s * (1 - %(b)s + %(b)s * m.search_length / %(avgdl)s::float8))) AS score
-    FROM candidates AS c JOIN memory_memory AS m USING (id)
-    CROSS JOIN LATERAL unnest(m.search_vector) AS u
-    JOIN query_terms AS q ON q.lexeme = u.lexeme
-    GROUP BY c.id
 )
 SELECT m.id, m.content, m.role, m.session_id, m.memory_type, m.tags, m.metadata,
        m.occurred_at, m.created_at, m.content_hash, m.importance,
        {effective_importance} AS effective_importance,
        {cosine} AS cosine,
-       coalesce(bm25.score, 0) AS keyword,
+       coalesce((
+           SELECT sum(q.idf * array_length(u.positions, 1) * (%(k1)s + 1)
+                      / (array_length(u.positions, 1)
+                         + %(k1)s * (1 - %(b)s + %(b)s * m.search_length / %(avgdl)s::float8)))
+           -- Only the query's lexemes leave the document: setweight marks them and ts_filter
+           -- keeps them, both in C, instead of one row per lexeme of the candidate's window.
+           FROM unnest(ts_filter(
+               setweight(setweight(m.search_vector, 'D'), 'A', %(lexemes)s::text[]), '{{a}}'
+           )) AS u
+           JOIN query_terms AS q ON q.lexeme = u.lexeme
+       ), 0) AS keyword,
        before.id AS previous_id, after.id AS next_id,
        {own_match} AS own_match
-FROM candidates JOIN memory_memory AS m USING (id)
-LEFT JOIN bm25 USING (id)
+FROM memory_memory AS m
 LEFT JOIN LATERAL (
     SELECT p.id FROM memory_memory AS p
     WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
@@ -191,6 +196,7 @@ LEFT JOIN LATERAL (
       AND p.session_id = m.session_id AND (p.occurred_at, p.id) > (m.occurred_at, m.id)
     ORDER BY p.occurred_at, p.id LIMIT 1
 ) AS after ON true
+WHERE m.id = ANY((SELECT ids FROM candidate_ids)::bigint[])
 """
 
 
@@ -221,7 +227,10 @@ def memory_candidates_query(
     lexemes = [str(row[0]) for row in stats]
     idfs = [bm25_idf(documents=documents, df=int(row[1])) for row in stats]
     present = sorted((int(row[1]), str(row[0])) for row in stats if int(row[1]) > 0)
-    fetching = [lexeme for df, lexeme in present if df <= KEYWORD_FETCH_MAX_DF] or [
+    fetch_max_df = min(
+        KEYWORD_FETCH_MAX_DF, max(KEYWORD_FETCH_MIN_DF, documents * KEYWORD_FETCH_MAX_SHARE)
+    )
+    fetching = [lexeme for df, lexeme in present if df <= fetch_max_df] or [
         lexeme for _, lexeme in present[:1]
     ]
     where = ACTIVE_MEMORY

@@ -1,6 +1,6 @@
 """The keyword side of memory search: one full-text document per memory.
 
-A memory's document is its own line, prefixed by its date and weighted A ("[2023-05-08] Caroline:
+A memory's document is its own line, prefixed by its date and weighted A ("[8 May 2023] Caroline:
 ..."), plus up to two lines before and two after it in its session. Questions often name what a
 neighbouring turn said (LoCoMo dev: R@10 0.68 -> 0.76 from this window alone, see
 docs/retrieval-research.md), so a document changes when neighbours arrive, change or leave; the
@@ -28,7 +28,7 @@ WITH targets AS (
 documents AS (
     SELECT m.id,
         setweight(to_tsvector('english',
-            '[' || to_char(m.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') || '] '
+            '[' || to_char(m.occurred_at AT TIME ZONE 'UTC', 'FMDD FMMonth YYYY') || '] '
             || memory_search_line(m.metadata, m.role, m.content)), 'A')
         || to_tsvector('english', concat_ws(' ', before.lines, after.lines)) AS tsv
     FROM targets JOIN memory_memory AS m USING (id)

@@ -143,10 +143,11 @@ def _memory_problem(draft: MemoryDraft, now: datetime) -> tuple[str, str] | None
 def memory_embedding_text(
     *, content: str, role: str, metadata: dict[str, Any], when: datetime
 ) -> str:
-    """What the embedder sees: "[date] speaker: content" (measured on LoCoMo: the date and the
-    speaker add as much recall as the model itself; docs/retrieval-research.md)."""
+    """What the embedder sees: "[8 May 2023] speaker: content" (measured on LoCoMo: the date and
+    the speaker add as much recall as the model itself, docs/retrieval-research.md; a date in
+    words beats an ISO date, R@10 0.787 -> 0.802 through the service)."""
     speaker = str(metadata.get("speaker") or role)
-    return f"[{when:%Y-%m-%d}] {speaker}: {content}"
+    return f"[{when.day} {when:%B %Y}] {speaker}: {content}"
 
 
 def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -> list[Memory]:
