@@ -219,9 +219,17 @@ class TrustProjection:
             tenant_write_lock(tenant)
             # Rubric proposals point at overrides (the governance's rows): unhook them while the
             # overrides are replayed and hook them back in finish().
+            # RETURNING sees the new (NULL) value, so the old links come from the CTE.
             cursor.execute(
-                "UPDATE trust_rubricproposal SET override_id = NULL"
-                " WHERE tenant_id = %s AND override_id IS NOT NULL RETURNING id, override_id",
+                """
+                WITH linked AS (
+                    SELECT id, override_id FROM trust_rubricproposal
+                    WHERE tenant_id = %s AND override_id IS NOT NULL FOR UPDATE
+                )
+                UPDATE trust_rubricproposal AS p SET override_id = NULL
+                FROM linked WHERE p.id = linked.id
+                RETURNING p.id, linked.override_id
+                """,
                 [tenant.pk],
             )
             self._proposal_links = [(int(p), int(o)) for p, o in cursor.fetchall()]

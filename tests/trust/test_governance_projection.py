@@ -125,11 +125,6 @@ def test_after_a_rebuild_into_fresh_sequences_new_rows_do_not_collide(governed):
     assert version.number == 3
 
 
-@pytest.mark.xfail(
-    raises=TypeError,
-    reason="trust.projection's reset reads the links back with RETURNING override_id after "
-    "setting it NULL, so it gets NULL; reported to the core",
-)
 def test_a_full_trust_rebuild_keeps_proposals_linked_to_their_overrides(tenant, make_agent):
     from trust.services import override_log
 
