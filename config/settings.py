@@ -284,3 +284,15 @@ GAMING_ENTROPY_THRESHOLD_BITS = env_float("GAMING_ENTROPY_THRESHOLD_BITS", 1.0)
 GAMING_MIN_TRUST = env_float("GAMING_MIN_TRUST", 0.7)
 # A decision maker at or above this trust may open a rubric change from an override.
 RUBRIC_PROPOSAL_MIN_TRUST = env_float("RUBRIC_PROPOSAL_MIN_TRUST", 0.75)
+
+# --- Content store (SPEC 7) -------------------------------------------------------------------
+# Largest content of one item, in UTF-8 bytes (JSON: its compact serialisation). Kept 64 KiB under
+# API_MAX_BODY_BYTES so a body carrying a maximal item plus its metadata still fits the request.
+CONTENT_MAX_BYTES = env_int("CONTENT_MAX_BYTES", 10 * 1024 * 1024 - 64 * 1024)
+# Dotted paths of extra compaction plugins, tried before the built-in ones.
+CONTENT_COMPACTION_PLUGINS = env_list("CONTENT_COMPACTION_PLUGINS", [])
+# Optional LLM compactor (OpenAI-compatible chat endpoint); the plugins are the fallback.
+CONTENT_COMPACTOR_LLM_URL = env_str("CONTENT_COMPACTOR_LLM_URL", "")
+CONTENT_COMPACTOR_LLM_MODEL = env_str("CONTENT_COMPACTOR_LLM_MODEL", "gpt-4o-mini")
+CONTENT_COMPACTOR_LLM_API_KEY = env_str("CONTENT_COMPACTOR_LLM_API_KEY", "")
+CONTENT_COMPACTOR_LLM_TIMEOUT_SECONDS = env_float("CONTENT_COMPACTOR_LLM_TIMEOUT_SECONDS", 20.0)

@@ -7,11 +7,12 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import views
 from ledger.urls import api_urls as ledger_api
+from memory.content_urls import api_router as content_api
 from memory.kb_urls import api_router as kb_api
 from memory.urls import api_router as memory_api
 from trust.urls import api_urls as trust_api
 
-api_v1 = [*ledger_api, *memory_api.urls, *kb_api.urls, *trust_api]
+api_v1 = [*ledger_api, *memory_api.urls, *kb_api.urls, *trust_api, *content_api.urls]
 
 urlpatterns = [
     path("", views.home, name="home"),

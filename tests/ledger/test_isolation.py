@@ -20,6 +20,11 @@ from memory.models import KnowledgeDocument, Memory
 from memory.services import MemoryDraft, memories_store
 from tests.endpoints import Endpoint
 from tests.ledger.test_chain import append_n
+from tests.memory.isolation_content import (
+    CONTENT_ENDPOINTS,
+    content_snapshot,
+    content_victims,
+)
 from tests.trust.isolation_core import TRUST_CORE_ENDPOINTS, trust_core_snapshot, trust_core_victims
 from tests.trust.isolation_governance import (
     GOVERNANCE_ENDPOINTS,
@@ -88,6 +93,7 @@ ENDPOINTS = [
     ),
     *TRUST_CORE_ENDPOINTS,
     *GOVERNANCE_ENDPOINTS,
+    *CONTENT_ENDPOINTS,
 ]
 # Endpoints that name an agent in the body rather than the path.
 AGENT_IN_BODY = [e for e in ENDPOINTS if e.body and e.body.get("agent") == "Creator1"]
@@ -111,7 +117,8 @@ def state_snapshot() -> tuple:
         + list(Memory.objects.order_by("id").values_list("id", "content", "importance"))
         + list(KnowledgeDocument.objects.order_by("id").values_list("id", "title", "published_at"))
         + trust_core_snapshot()
-        + governance_snapshot(),
+        + governance_snapshot()
+        + content_snapshot(),
         Event.objects.count(),
     )
 
@@ -138,6 +145,7 @@ def victim(tenant, make_agent, make_key) -> dict[str, int]:
         "kb_document": document.pk,
         **trust_core_victims(tenant=tenant, agent=agent),
         **governance_victims(tenant=tenant, agent=agent),
+        **content_victims(tenant=tenant, agent=agent),
     }
 
 

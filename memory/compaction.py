@@ -1,0 +1,359 @@
+"""Compaction of stored content into a short rendering for the conversation (SPEC 7).
+
+A plugin says whether it can compact a piece of content and, if so, returns a small JSON object
+that stands for it. Plugins are tried in order and the first that accepts wins: a deployment's
+own (``CONTENT_COMPACTION_PLUGINS``, or ``compaction_plugin_register``), then the built-in ones
+from the most specific shape (a web page) to the least (plain text, which accepts anything).
+
+The built-ins are deterministic: the same content always compacts to the same rendering, so a
+replayed run shows the conversation the agent saw. The optional LLM compactor
+(``CONTENT_COMPACTOR_LLM_URL``) is tried before them and falls back to them when it fails.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from config.http import ExternalServiceError, post_json
+
+logger = logging.getLogger(__name__)
+
+EXCERPT_CHARS = 500
+FIRST_ROWS = 3
+MAX_SEARCH_RESULTS = 20
+HEAD_TAIL_LINES = 5
+HEAD_TAIL_CHARS = 400
+SHAPE_MAX_KEYS = 20
+SHAPE_MAX_DEPTH = 3
+LLM_SOURCE_CHARS = 5000
+LLM_MAX_SUMMARY_CHARS = 1500
+
+
+@dataclass(frozen=True)
+class Content:
+    """What a plugin sees: the item's type, its text as stored and (for JSON) its value."""
+
+    item_type: str
+    format: str
+    text: str
+    value: Any
+    source: str = ""
+
+    @property
+    def is_json(self) -> bool:
+        return self.format == "json"
+
+
+@dataclass(frozen=True)
+class Compaction:
+    compactor: str
+    summary: dict[str, Any]
+
+
+class CompactionPlugin(Protocol):
+    name: str
+
+    def accepts(self, content: Content) -> bool: ...
+
+    def compact(self, content: Content) -> dict[str, Any]: ...
+
+
+# --- Built-in plugins -----------------------------------------------------------------------------
+
+_HTML_START = re.compile(r"^\s*(<!doctype html|<html|<head|<body)", re.IGNORECASE)
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_CANONICAL = re.compile(
+    r"""<link[^>]+rel=["']canonical["'][^>]*href=["']([^"']+)["']""", re.IGNORECASE
+)
+_OG_URL = re.compile(
+    r"""<meta[^>]+property=["']og:url["'][^>]*content=["']([^"']+)["']""", re.IGNORECASE
+)
+_INVISIBLE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]+>")
+_PAGE_TEXT_KEYS = ("html", "content", "text", "body")
+
+
+def html_to_text(markup: str) -> str:
+    """Visible text of an HTML page, whitespace collapsed (good enough for an excerpt)."""
+    without = _INVISIBLE.sub(" ", markup)
+    return " ".join(html.unescape(_TAG.sub(" ", without)).split())
+
+
+def _looks_like_html(text: str) -> bool:
+    return bool(_HTML_START.match(text[:1024])) or "<title" in text[:4096].lower()
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+class WebPagePlugin:
+    """A fetched page: HTML text, or an object with a url and the page's html/content/text."""
+
+    name = "web_page"
+
+    def accepts(self, content: Content) -> bool:
+        if content.is_json:
+            value = content.value
+            return (
+                isinstance(value, dict)
+                and isinstance(value.get("url"), str)
+                and any(isinstance(value.get(key), str) for key in _PAGE_TEXT_KEYS)
+            )
+        return _looks_like_html(content.text)
+
+    def compact(self, content: Content) -> dict[str, Any]:
+        url = content.source if content.source.startswith(("http://", "https://")) else ""
+        title = ""
+        if content.is_json:
+            value = content.value
+            url = str(value["url"])
+            page = next(str(value[k]) for k in _PAGE_TEXT_KEYS if isinstance(value.get(k), str))
+            meta = value.get("metadata")
+            if isinstance(value.get("title"), str):
+                title = value["title"]
+            elif isinstance(meta, dict) and isinstance(meta.get("title"), str):
+                title = meta["title"]
+        else:
+            page = content.text
+        if _looks_like_html(page):
+            if not title and (found := _TITLE.search(page)):
+                title = " ".join(html.unescape(found.group(1)).split())
+            if not url and (found := _CANONICAL.search(page) or _OG_URL.search(page)):
+                url = found.group(1)
+            text = html_to_text(page)
+        else:
+            text = " ".join(page.split())
+        return {
+            "url": url,
+            "title": title,
+            "excerpt": _clip(text, EXCERPT_CHARS),
+            "length": len(page),
+            "text_length": len(text),
+        }
+
+
+def _search_hits(value: Any) -> list[dict[str, Any]] | None:
+    if isinstance(value, dict):
+        for key in ("results", "items", "organic_results", "hits"):
+            if isinstance(value.get(key), list):
+                return _search_hits(value[key])
+        return None
+    if (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(hit, dict)
+            and isinstance(hit.get("title"), str)
+            and isinstance(hit.get("url", hit.get("link")), str)
+            for hit in value
+        )
+    ):
+        return value
+    return None
+
+
+class SearchResultsPlugin:
+    """Search engine results: a list of {title, url|link, ...} (or an object holding one)."""
+
+    name = "search_results"
+
+    def accepts(self, content: Content) -> bool:
+        return content.is_json and _search_hits(content.value) is not None
+
+    def compact(self, content: Content) -> dict[str, Any]:
+        hits = _search_hits(content.value) or []
+        return {
+            "count": len(hits),
+            "results": [
+                {"title": hit["title"], "url": hit.get("url", hit.get("link"))}
+                for hit in hits[:MAX_SEARCH_RESULTS]
+            ],
+        }
+
+
+def _table(value: Any) -> tuple[list[str], list[Any]] | None:
+    """(columns, rows) of a query result: {columns, rows} or a list of flat objects."""
+    if isinstance(value, dict) and isinstance(value.get("rows"), list):
+        columns = value.get("columns")
+        if isinstance(columns, list):
+            return [str(c.get("name", c)) if isinstance(c, dict) else str(c) for c in columns], (
+                value["rows"]
+            )
+        rows = value["rows"]
+        if rows and all(isinstance(row, dict) for row in rows):
+            return list(rows[0]), rows
+        return None
+    if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+        flat = all(not isinstance(cell, dict | list) for row in value[:50] for cell in row.values())
+        if flat:
+            names: list[str] = []
+            for row in value[:50]:
+                names.extend(key for key in row if key not in names)
+            return names, value
+    return None
+
+
+class TablePlugin:
+    """A table or query result: {columns, rows} or a list of flat objects."""
+
+    name = "table"
+
+    def accepts(self, content: Content) -> bool:
+        return content.is_json and _table(content.value) is not None
+
+    def compact(self, content: Content) -> dict[str, Any]:
+        found = _table(content.value)
+        assert found is not None  # accepts() said so
+        columns, rows = found
+        return {"columns": columns, "row_count": len(rows), "first_rows": rows[:FIRST_ROWS]}
+
+
+def json_shape(value: Any, depth: int = 0) -> Any:
+    """The structure of a JSON value: keys and types, lists as their length and first element."""
+    if isinstance(value, dict):
+        if depth >= SHAPE_MAX_DEPTH:
+            return f"object({len(value)} keys)"
+        keys = list(value)[:SHAPE_MAX_KEYS]
+        shape = {key: json_shape(value[key], depth + 1) for key in keys}
+        if len(value) > len(keys):
+            shape["…"] = f"{len(value) - len(keys)} more keys"
+        return shape
+    if isinstance(value, list):
+        if not value:
+            return "array(0)"
+        if depth >= SHAPE_MAX_DEPTH:
+            return f"array({len(value)})"
+        return {f"array({len(value)}) of": json_shape(value[0], depth + 1)}
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if value is None:
+        return "null"
+    return "string"
+
+
+class JsonPlugin:
+    name = "json"
+
+    def accepts(self, content: Content) -> bool:
+        return content.is_json
+
+    def compact(self, content: Content) -> dict[str, Any]:
+        return {"shape": json_shape(content.value), "size": len(content.text.encode("utf-8"))}
+
+
+class TextPlugin:
+    """Anything: the first and last lines, and how long it is."""
+
+    name = "text"
+
+    def accepts(self, content: Content) -> bool:
+        return True
+
+    def compact(self, content: Content) -> dict[str, Any]:
+        lines = content.text.splitlines()
+        head = "\n".join(lines[:HEAD_TAIL_LINES])
+        rest = lines[HEAD_TAIL_LINES:]
+        tail = "\n".join(rest[-HEAD_TAIL_LINES:])
+        return {
+            "head": _clip(head, HEAD_TAIL_CHARS),
+            # The tail's end is what matters (a log's last lines), so it is clipped at its start.
+            "tail": tail if len(tail) <= HEAD_TAIL_CHARS else "…" + tail[-HEAD_TAIL_CHARS:],
+            "lines": len(lines),
+            "length": len(content.text),
+        }
+
+
+BUILT_IN_PLUGINS: tuple[CompactionPlugin, ...] = (
+    WebPagePlugin(),
+    SearchResultsPlugin(),
+    TablePlugin(),
+    JsonPlugin(),
+    TextPlugin(),
+)
+
+_registered: list[CompactionPlugin] = []
+
+
+def compaction_plugin_register(plugin: CompactionPlugin) -> None:
+    """Add a plugin ahead of the built-in ones (later registrations are tried first)."""
+    _registered.insert(0, plugin)
+
+
+def compaction_plugin_unregister(plugin: CompactionPlugin) -> None:
+    if plugin in _registered:
+        _registered.remove(plugin)
+
+
+def compaction_plugins() -> list[CompactionPlugin]:
+    """Configured plugins first, then registered ones, then the built-ins."""
+    configured: list[CompactionPlugin] = []
+    for path in settings.CONTENT_COMPACTION_PLUGINS:
+        loaded = import_string(path)
+        # A class is instantiated; an instance (a module-level object) is used as it is.
+        configured.append(loaded() if isinstance(loaded, type) else loaded)
+    return [*configured, *_registered, *BUILT_IN_PLUGINS]
+
+
+def compact_with_plugins(content: Content) -> Compaction:
+    for plugin in compaction_plugins():
+        if plugin.accepts(content):
+            return Compaction(compactor=plugin.name, summary=plugin.compact(content))
+    raise AssertionError("the text plugin accepts everything")  # pragma: no cover
+
+
+def compact_with_llm(content: Content, *, goal: str = "") -> Compaction:
+    """Ask the configured chat endpoint for a short factual summary; raises on any failure."""
+    answer = post_json(
+        settings.CONTENT_COMPACTOR_LLM_URL.rstrip("/") + "/chat/completions",
+        {
+            "model": settings.CONTENT_COMPACTOR_LLM_MODEL,
+            "temperature": 0,
+            "messages": [
+                {
+                    "role": "system",
+                    "content": "You compact a tool result for an agent's conversation. Answer "
+                    "with a 2-3 sentence summary and the 3-5 facts most relevant to the goal.",
+                },
+                {
+                    "role": "user",
+                    "content": f"Goal: {goal or 'not stated'}\nType: {content.item_type}\n"
+                    f"Source: {content.source}\nResult:\n{content.text[:LLM_SOURCE_CHARS]}",
+                },
+            ],
+        },
+        api_key=settings.CONTENT_COMPACTOR_LLM_API_KEY,
+        timeout=settings.CONTENT_COMPACTOR_LLM_TIMEOUT_SECONDS,
+    )
+    try:
+        text = str(answer["choices"][0]["message"]["content"]).strip()
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ExternalServiceError(f"unexpected chat completion shape: {exc}") from exc
+    if not text:
+        raise ExternalServiceError("the chat completion was empty")
+    return Compaction(compactor="llm", summary={"summary": text[:LLM_MAX_SUMMARY_CHARS]})
+
+
+def content_compact(content: Content, *, goal: str = "", use_llm: bool = True) -> Compaction:
+    """The compaction the conversation gets: the LLM's when configured and working, else the
+    first plugin's that accepts the content."""
+    if use_llm and settings.CONTENT_COMPACTOR_LLM_URL:
+        try:
+            return compact_with_llm(content, goal=goal)
+        except ExternalServiceError as exc:
+            logger.warning("content compactor LLM failed, using the plugins: %s", exc)
+    return compact_with_plugins(content)
+
+
+def summary_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, ensure_ascii=False, indent=1)
