@@ -519,7 +519,7 @@ def recall_of_selector(
 def ef_search_sweep(
     queries: Sequence[Query], exact: Sequence[Neighbours], tenant_id: int
 ) -> list[tuple[str, Recall, list[float]]]:
-    """The selector's SQL at other hnsw.ef_search values (it uses max(40, 2k) = 40 for k = 10),
+    """The selector's SQL at other hnsw.ef_search values (it uses max(HNSW_EF_SEARCH, 2k)),
     through Django's connection like the selector (client-side parameters: the planner sees the
     values, which decides between the HNSW index and an exact scan of the agent's rows)."""
     from django.db import connection, transaction
@@ -589,7 +589,7 @@ def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Re
             cursor.execute(
                 "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
                 " set_config('hnsw.ef_search', %s, true)",
-                [str(search.MEMORY_DENSE_CANDIDATES)],
+                [str(search.HNSW_EF_SEARCH)],
             )
             cursor.execute(sql, params)
             found = [int(r[0]) for r in cursor.fetchall()][:K]
@@ -622,7 +622,7 @@ def time_candidates_sql(queries: Sequence[Query], filters: Any) -> list[float]:
             cursor.execute(
                 "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
                 " set_config('hnsw.ef_search', %s, true)",
-                [str(search.MEMORY_DENSE_CANDIDATES)],
+                [str(search.HNSW_EF_SEARCH)],
             )
             cursor.execute(sql, params)
             cursor.fetchall()
@@ -661,7 +661,7 @@ def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
                 cursor.execute(
                     "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
                     " set_config('hnsw.ef_search', %s, true)",
-                    [str(search.MEMORY_DENSE_CANDIDATES)],
+                    [str(search.HNSW_EF_SEARCH)],
                 )
                 started = time.perf_counter()
                 cursor.execute(sql, params)
@@ -687,7 +687,7 @@ def explain_candidates_sql(query: Query, filters: Any) -> list[str]:
         cursor.execute(
             "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
             " set_config('hnsw.ef_search', %s, true)",
-            [str(search.MEMORY_DENSE_CANDIDATES)],
+            [str(search.HNSW_EF_SEARCH)],
         )
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
         lines = [str(r[0]) for r in cursor.fetchall()]

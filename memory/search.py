@@ -33,6 +33,7 @@ from ledger.models import Agent, RecallSettings
 from memory import policies
 from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
 from memory.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
+from memory.selectors import HNSW_EF_SEARCH
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +52,10 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 # Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
 MEMORY_DENSE_CANDIDATES = 100
-MEMORY_KEYWORD_CANDIDATES = 1000
-# Lexemes in more documents than this only score candidates; they do not fetch any (a word in
-# most of a million memories says little and would make the keyword leg read all of them).
-KEYWORD_FETCH_MAX_DF = 5000
-KEYWORD_FETCH_MAX_SHARE = 0.25
-KEYWORD_FETCH_MIN_DF = 50
+MEMORY_KEYWORD_CANDIDATES = 300
+# The keyword leg fetches the rows of the query's rarest lexemes while they number at most this
+# (LoCoMo dev: R@10 0.809 / 0.810 / 0.811 at 150 / 300 / 600, with 152 / 198 / 276 candidates).
+KEYWORD_FETCH_BUDGET = 300
 EVENT_CANDIDATES = 50
 # The audit log's semantic leg compares the query with the tenant's newest embedded events.
 EVENT_SEMANTIC_WINDOW = 2000
@@ -227,12 +226,16 @@ def memory_candidates_query(
     lexemes = [str(row[0]) for row in stats]
     idfs = [bm25_idf(documents=documents, df=int(row[1])) for row in stats]
     present = sorted((int(row[1]), str(row[0])) for row in stats if int(row[1]) > 0)
-    fetch_max_df = min(
-        KEYWORD_FETCH_MAX_DF, max(KEYWORD_FETCH_MIN_DF, documents * KEYWORD_FETCH_MAX_SHARE)
-    )
-    fetching = [lexeme for df, lexeme in present if df <= fetch_max_df] or [
-        lexeme for _, lexeme in present[:1]
-    ]
+    # Rarest lexemes first, while the rows they name fit the budget: rare words carry the most
+    # BM25 weight, and rows that share only common words with the query are left to the
+    # semantic leg (they are still scored if it brings them).
+    fetching: list[str] = []
+    fetched_rows = 0
+    for df, lexeme in present:
+        if fetching and fetched_rows + df > KEYWORD_FETCH_BUDGET:
+            break
+        fetching.append(lexeme)
+        fetched_rows += df
     where = ACTIVE_MEMORY
     params: dict[str, Any] = {
         "tenant": agent.tenant_id,
@@ -289,7 +292,7 @@ def _memory_candidates(
         cursor.execute(
             "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
             " set_config('hnsw.ef_search', %s, true)",
-            [str(MEMORY_DENSE_CANDIDATES)],
+            [str(HNSW_EF_SEARCH)],
         )
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -590,6 +593,7 @@ def _mark_retrieved(agent: Agent, memory_ids: list[int], moment: datetime) -> No
 
 
 __all__ = [
+    "HNSW_EF_SEARCH",
     "SOURCES",
     "SearchFilters",
     "SearchHit",
