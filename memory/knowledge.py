@@ -42,6 +42,7 @@ from memory.local_embedder import DIMENSIONS
 from memory.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKey, KnowledgeKind
 from memory.policies import content_hash
 from memory.sealing import key_new, seal
+from memory.selectors import vector_literal
 
 logger = logging.getLogger(__name__)
 
@@ -491,7 +492,7 @@ def knowledge_candidates_query(
     params: dict[str, Any] = {
         "tenant": tenant.pk,
         "query": query,
-        "vector": list(query_vector) if semantic and query_vector is not None else None,
+        "vector": vector_literal(query_vector) if semantic and query_vector is not None else None,
         "limit": limit,
     }
     return sql, params

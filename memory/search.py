@@ -33,7 +33,7 @@ from ledger.models import Agent, RecallSettings
 from memory import policies
 from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
 from memory.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
-from memory.selectors import HNSW_EF_SEARCH
+from memory.selectors import HNSW_EF_SEARCH, vector_literal
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def memory_candidates_query(
         "tenant": agent.tenant_id,
         "agent": agent.pk,
         "now": now,
-        "vector": list(vector) if vector is not None else None,
+        "vector": vector_literal(vector) if vector is not None else None,
         "dense_k": MEMORY_DENSE_CANDIDATES,
         "keyword_k": MEMORY_KEYWORD_CANDIDATES,
         "tsquery": tsquery_any(fetching),
@@ -383,7 +383,7 @@ def _event_candidates(
                 "limit": EVENT_CANDIDATES,
                 "window": EVENT_SEMANTIC_WINDOW,
                 "model": embedder_name() if vector is not None else "",
-                "vector": list(vector) if vector is not None else None,
+                "vector": vector_literal(vector) if vector is not None else None,
             },
         )
         rows = cursor.fetchall()

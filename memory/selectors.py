@@ -15,6 +15,17 @@ from ledger.models import Agent
 # 90 % of the rows (bench/memory_scale.py: 0.85 at 40, 0.93 at 200, 0.97 at 400).
 HNSW_EF_SEARCH = 400
 
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """A vector as pgvector's text form, for a ``%s::vector`` parameter.
+
+    psycopg adapts a Python list as a float8[] element by element, for every use of the
+    parameter; a search binds its query vector several times, and the text form costs a
+    fraction of that.
+    """
+    return "[" + ",".join(repr(float(value)) for value in vector) + "]"
+
+
 NEAREST_SQL = """
 SELECT id, embedding <=> %(vector)s::vector AS distance
 FROM memory_memory
@@ -45,7 +56,7 @@ def memories_nearest(
         cursor.execute(
             NEAREST_SQL,
             {
-                "vector": list(vector),
+                "vector": vector_literal(vector),
                 "tenant": agent.tenant_id,
                 "agent": agent.pk,
                 "now": moment,

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger.models import Agent, Tenant
+from memory.selectors import vector_literal
 from trust.models import Dissent, Override, RubricVersion, TrustScoreChange
 from trust.scoring import PRIOR, TrustEvidence
 
@@ -129,7 +130,7 @@ def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | 
             ORDER BY embedding <=> %(vector)s::vector
             LIMIT 1
             """,
-            {"vector": list(vector), "tenant": agent.tenant_id, "agent": agent.pk},
+            {"vector": vector_literal(vector), "tenant": agent.tenant_id, "agent": agent.pk},
         )
         row = cursor.fetchone()
     return None if row is None else float(row[0])
