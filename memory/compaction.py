@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 EXCERPT_CHARS = 500
 FIRST_ROWS = 3
 MAX_SEARCH_RESULTS = 20
+TITLE_CHARS = 120
+CELL_CHARS = 100
 HEAD_TAIL_LINES = 5
 HEAD_TAIL_CHARS = 400
 SHAPE_MAX_KEYS = 20
@@ -174,7 +176,7 @@ class SearchResultsPlugin:
         return {
             "count": len(hits),
             "results": [
-                {"title": hit["title"], "url": hit.get("url", hit.get("link"))}
+                {"title": _clip(hit["title"], TITLE_CHARS), "url": hit.get("url", hit.get("link"))}
                 for hit in hits[:MAX_SEARCH_RESULTS]
             ],
         }
@@ -202,6 +204,15 @@ def _table(value: Any) -> tuple[list[str], list[Any]] | None:
     return None
 
 
+def _clip_cells(row: Any) -> Any:
+    """A row with long text cells clipped: a sample row shows the kind of values, not a blob."""
+    if isinstance(row, dict):
+        return {k: _clip(v, CELL_CHARS) if isinstance(v, str) else v for k, v in row.items()}
+    if isinstance(row, list):
+        return [_clip(v, CELL_CHARS) if isinstance(v, str) else v for v in row]
+    return row
+
+
 class TablePlugin:
     """A table or query result: {columns, rows} or a list of flat objects."""
 
@@ -214,7 +225,11 @@ class TablePlugin:
         found = _table(content.value)
         assert found is not None  # accepts() said so
         columns, rows = found
-        return {"columns": columns, "row_count": len(rows), "first_rows": rows[:FIRST_ROWS]}
+        return {
+            "columns": columns,
+            "row_count": len(rows),
+            "first_rows": [_clip_cells(row) for row in rows[:FIRST_ROWS]],
+        }
 
 
 def json_shape(value: Any, depth: int = 0) -> Any:
@@ -356,4 +371,5 @@ def content_compact(content: Content, *, goal: str = "", use_llm: bool = True) -
 
 
 def summary_json(summary: dict[str, Any]) -> str:
-    return json.dumps(summary, ensure_ascii=False, indent=1)
+    # One line: indentation costs tokens in every later turn of the conversation.
+    return json.dumps(summary, ensure_ascii=False)

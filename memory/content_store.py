@@ -243,24 +243,20 @@ class ActionResultOutcome:
 
 
 def _retrieve_hint(item: ContentItem) -> str:
-    url = RETRIEVE_URL.format(key=item.key)
     return (
-        f"Full content: content item {item.key} ({item.size} bytes), "
-        f"GET {url}?transform=full (or excerpt, summary, first_n, last_n, filtered)"
+        f"full content: item {item.key}, {item.size} bytes, GET {RETRIEVE_URL.format(key=item.key)}"
     )
 
 
 def _first_rendering(item: ContentItem, action_type: str) -> str:
-    return (
-        f"[Result of {action_type}, in full; stored as content item {item.key}]\n"
-        f"{full_rendering(item)}\n[{_retrieve_hint(item)}]"
-    )
+    return f"[{action_type} result, in full; {_retrieve_hint(item)}]\n{full_rendering(item)}"
 
 
 def _compacted_rendering(item: ContentItem, action_type: str, compaction: Compaction) -> str:
+    # The transforms are named once in the tool description the agent gets, not in every result.
     return (
-        f"[Result of {action_type}, compacted by {compaction.compactor}; "
-        f"{_retrieve_hint(item)}]\n{summary_json(compaction.summary)}"
+        f"[{action_type} result, compacted ({compaction.compactor}); {_retrieve_hint(item)}]\n"
+        f"{summary_json(compaction.summary)}"
     )
 
 

@@ -116,7 +116,8 @@ def test_compaction_is_chosen_by_content_type(client):
     post_result(client, "x", action_type="json")
     post_result(client, "x", action_type="log")
     hits = [{"title": f"Hit {i}", "url": f"https://e.org/{i}", "snippet": "s"} for i in range(3)]
-    table = {"columns": ["id", "name"], "rows": [[i, f"n{i}"] for i in range(10)]}
+    rows = [[i, f"n{i}"] for i in range(10)]
+    table = {"columns": ["id", "name"], "rows": rows}
 
     search = post_result(client, {"results": hits}, action_type="search")["summary"]
     sql = post_result(client, table, action_type="sql", type="database_result")["summary"]
@@ -127,7 +128,7 @@ def test_compaction_is_chosen_by_content_type(client):
         "count": 3,
         "results": [{"title": f"Hit {i}", "url": f"https://e.org/{i}"} for i in range(3)],
     }
-    assert sql == {"columns": ["id", "name"], "row_count": 10, "first_rows": table["rows"][:3]}
+    assert sql == {"columns": ["id", "name"], "row_count": 10, "first_rows": rows[:3]}
     assert shape["shape"] == {"a": {"b": {"array(2) of": "number"}}, "c": "string"}
     assert text["summary"]["head"].startswith("row 0")
     assert text["summary"]["tail"].endswith("row 19")
