@@ -1,9 +1,12 @@
 """Compaction of stored content into a short rendering for the conversation (SPEC 7).
 
 A plugin says whether it can compact a piece of content and, if so, returns a small JSON object
-that stands for it. Plugins are tried in order and the first that accepts wins: a deployment's
-own (``CONTENT_COMPACTION_PLUGINS``, or ``compaction_plugin_register``), then the built-in ones
-from the most specific shape (a web page) to the least (plain text, which accepts anything).
+that stands for it (the API's ``summary``). It may also ``render`` that object as the text the
+conversation gets: a short description for the header line (``web page, 34,728 chars``) and a
+terse body. A plugin without ``render`` is shown as its object on one JSON line. Plugins are
+tried in order and the first that accepts wins: a deployment's own
+(``CONTENT_COMPACTION_PLUGINS``, or ``compaction_plugin_register``), then the built-in ones from
+the most specific shape (a web page) to the least (plain text, which accepts anything).
 
 The built-ins are deterministic: the same content always compacts to the same rendering, so a
 replayed run shows the conversation the agent saw. The optional LLM compactor
@@ -55,9 +58,19 @@ class Content:
 
 
 @dataclass(frozen=True)
+class Rendering:
+    """What the conversation shows of a compaction: ``description`` goes into the header line
+    (what the content is and how big), ``body`` under it."""
+
+    description: str
+    body: str
+
+
+@dataclass(frozen=True)
 class Compaction:
     compactor: str
     summary: dict[str, Any]
+    rendering: Rendering
 
 
 class CompactionPlugin(Protocol):
@@ -66,6 +79,17 @@ class CompactionPlugin(Protocol):
     def accepts(self, content: Content) -> bool: ...
 
     def compact(self, content: Content) -> dict[str, Any]: ...
+
+    # Optional: ``render(summary) -> Rendering``, the plugin's own conversation text (see
+    # ``plugin_render``).
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _chars(count: int) -> str:
+    return f"{count:,} chars"
 
 
 # --- Built-in plugins -----------------------------------------------------------------------------
@@ -80,12 +104,19 @@ _OG_URL = re.compile(
 )
 _INVISIBLE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")
+# Inline elements sit inside a word or a sentence ("email.<b>mime</b>"): removed without a space,
+# where a block's boundary becomes one.
+_INLINE_TAG = re.compile(
+    r"</?(a|abbr|b|big|cite|code|em|font|i|kbd|mark|q|s|samp|small|span|strong|sub|sup|tt|u|var)"
+    r"\b[^>]*>",
+    re.IGNORECASE,
+)
 _PAGE_TEXT_KEYS = ("html", "content", "text", "body")
 
 
 def html_to_text(markup: str) -> str:
     """Visible text of an HTML page, whitespace collapsed (good enough for an excerpt)."""
-    without = _INVISIBLE.sub(" ", markup)
+    without = _INLINE_TAG.sub("", _INVISIBLE.sub(" ", markup))
     return " ".join(html.unescape(_TAG.sub(" ", without)).split())
 
 
@@ -142,6 +173,13 @@ class WebPagePlugin:
             "text_length": len(text),
         }
 
+    def render(self, summary: dict[str, Any]) -> Rendering:
+        # The title and url on one line, the excerpt (whitespace already collapsed) under it;
+        # text_length stays in the API summary only.
+        first = " · ".join(part for part in (summary["title"], summary["url"]) if part)
+        body = f"{first}\n{summary['excerpt']}" if first else summary["excerpt"]
+        return Rendering(f"web page, {_chars(summary['length'])}", body)
+
 
 def _search_hits(value: Any) -> list[dict[str, Any]] | None:
     if isinstance(value, dict):
@@ -181,6 +219,41 @@ class SearchResultsPlugin:
             ],
         }
 
+    def render(self, summary: dict[str, Any]) -> Rendering:
+        # One line a hit: its title, then its url. When every url starts with the same site and
+        # folder, that base is said once above them and each line keeps the rest.
+        results = summary["results"]
+        count = summary["count"]
+        shown = f", first {len(results)}" if len(results) < count else ""
+        urls = [str(hit["url"]) for hit in results]
+        base = url_base(urls)
+        lines = [f"urls relative to {base}"] if base else []
+        lines += [
+            f"{_one_line(hit['title'])} · {url[len(base) :]}"
+            for hit, url in zip(results, urls, strict=True)
+        ]
+        return Rendering(f"search results, {count}{shown}", "\n".join(lines))
+
+
+_SITE = re.compile(r"^https?://[^/?#]+/")
+
+
+def url_base(urls: list[str]) -> str:
+    """The folder (``https://host/.../``) that two or more urls all start with and each goes on
+    past, or "" when they do not share one."""
+    if len(urls) < 2:
+        return ""
+    prefix = urls[0]
+    for url in urls[1:]:
+        while not url.startswith(prefix):
+            prefix = prefix[:-1]
+    # A base ends at a folder: never inside a query or a fragment.
+    path = re.split(r"[?#]", prefix, maxsplit=1)[0]
+    base = path[: path.rfind("/") + 1]
+    if not _SITE.match(base):
+        return ""
+    return base if all(len(url) > len(base) for url in urls) else ""
+
 
 def _table(value: Any) -> tuple[list[str], list[Any]] | None:
     """(columns, rows) of a query result: {columns, rows} or a list of flat objects."""
@@ -202,6 +275,20 @@ def _table(value: Any) -> tuple[list[str], list[Any]] | None:
                 names.extend(key for key in row if key not in names)
             return names, value
     return None
+
+
+def _cell_text(cell: Any) -> str:
+    """A cell on a row line: text as it is (one line, ``|`` escaped), anything else as JSON."""
+    if isinstance(cell, str):
+        return _one_line(cell).replace("|", "\\|")
+    return json.dumps(cell, ensure_ascii=False, separators=(",", ":"))
+
+
+def _row_text(row: Any, columns: list[str]) -> str:
+    cells = [row.get(name) for name in columns] if isinstance(row, dict) else row
+    if not isinstance(cells, list):
+        return _cell_text(cells)
+    return " | ".join(_cell_text(cell) for cell in cells)
 
 
 def _clip_cells(row: Any) -> Any:
@@ -231,6 +318,15 @@ class TablePlugin:
             "first_rows": [_clip_cells(row) for row in rows[:FIRST_ROWS]],
         }
 
+    def render(self, summary: dict[str, Any]) -> Rendering:
+        # Pipe-separated like a Markdown table without its rules: the column names, then the
+        # first rows in the same order.
+        columns = summary["columns"]
+        rows = summary["first_rows"]
+        lines = [" | ".join(_cell_text(name) for name in columns)]
+        lines += [_row_text(row, columns) for row in rows]
+        return Rendering(f"table, {summary['row_count']:,} rows", "\n".join(lines))
+
 
 def json_shape(value: Any, depth: int = 0) -> Any:
     """The structure of a JSON value: keys and types, lists as their length and first element."""
@@ -257,6 +353,22 @@ def json_shape(value: Any, depth: int = 0) -> Any:
     return "string"
 
 
+_ARRAY_OF = re.compile(r"^array\((\d+)\) of$")
+
+
+def shape_text(shape: Any) -> str:
+    """A ``json_shape`` written tersely: ``{a: {b: [2 x number]}, c: string}``."""
+    if isinstance(shape, dict):
+        if len(shape) == 1 and (found := _ARRAY_OF.match(next(iter(shape)))):
+            return f"[{found.group(1)} x {shape_text(next(iter(shape.values())))}]"
+        parts = [
+            str(value) if key == "…" else f"{key}: {shape_text(value)}"
+            for key, value in shape.items()
+        ]
+        return "{" + ", ".join(parts) + "}"
+    return str(shape)
+
+
 class JsonPlugin:
     name = "json"
 
@@ -265,6 +377,9 @@ class JsonPlugin:
 
     def compact(self, content: Content) -> dict[str, Any]:
         return {"shape": json_shape(content.value), "size": len(content.text.encode("utf-8"))}
+
+    def render(self, summary: dict[str, Any]) -> Rendering:
+        return Rendering(f"JSON, {summary['size']:,} bytes", shape_text(summary["shape"]))
 
 
 class TextPlugin:
@@ -287,6 +402,17 @@ class TextPlugin:
             "lines": len(lines),
             "length": len(content.text),
         }
+
+    def render(self, summary: dict[str, Any]) -> Rendering:
+        lines = summary["lines"]
+        shown = min(HEAD_TAIL_LINES, lines) + min(HEAD_TAIL_LINES, max(0, lines - HEAD_TAIL_LINES))
+        parts = [summary["head"]]
+        if lines > shown:
+            parts.append(f"[… {lines - shown:,} lines …]")
+        if summary["tail"]:
+            parts.append(summary["tail"])
+        description = f"text, {lines:,} lines, {_chars(summary['length'])}"
+        return Rendering(description, "\n".join(parts))
 
 
 BUILT_IN_PLUGINS: tuple[CompactionPlugin, ...] = (
@@ -320,10 +446,26 @@ def compaction_plugins() -> list[CompactionPlugin]:
     return [*configured, *_registered, *BUILT_IN_PLUGINS]
 
 
+def plugin_render(plugin: CompactionPlugin, summary: dict[str, Any], content: Content) -> Rendering:
+    """The plugin's own rendering, or (a plugin without ``render``) its summary on one JSON line."""
+    render = getattr(plugin, "render", None)
+    if callable(render):
+        rendering = render(summary)
+        assert isinstance(rendering, Rendering)
+        return rendering
+    size = len(content.text.encode("utf-8"))
+    return Rendering(f"{plugin.name}, {size:,} bytes", summary_json(summary))
+
+
 def compact_with_plugins(content: Content) -> Compaction:
     for plugin in compaction_plugins():
         if plugin.accepts(content):
-            return Compaction(compactor=plugin.name, summary=plugin.compact(content))
+            summary = plugin.compact(content)
+            return Compaction(
+                compactor=plugin.name,
+                summary=summary,
+                rendering=plugin_render(plugin, summary, content),
+            )
     raise AssertionError("the text plugin accepts everything")  # pragma: no cover
 
 
@@ -356,7 +498,13 @@ def compact_with_llm(content: Content, *, goal: str = "") -> Compaction:
         raise ExternalServiceError(f"unexpected chat completion shape: {exc}") from exc
     if not text:
         raise ExternalServiceError("the chat completion was empty")
-    return Compaction(compactor="llm", summary={"summary": text[:LLM_MAX_SUMMARY_CHARS]})
+    summary = text[:LLM_MAX_SUMMARY_CHARS]
+    size = len(content.text.encode("utf-8"))
+    return Compaction(
+        compactor="llm",
+        summary={"summary": summary},
+        rendering=Rendering(f"summary, {size:,} bytes", summary),
+    )
 
 
 def content_compact(content: Content, *, goal: str = "", use_llm: bool = True) -> Compaction:

@@ -36,7 +36,6 @@ from memory.compaction import (
     Content,
     compact_with_plugins,
     content_compact,
-    summary_json,
 )
 from memory.models import (
     ContentAttachment,
@@ -242,21 +241,22 @@ class ActionResultOutcome:
     summary: dict[str, Any] | None
 
 
-def _retrieve_hint(item: ContentItem) -> str:
+def _first_rendering(item: ContentItem) -> str:
+    # One header line: the id, the size and where the content stays retrievable.
+    url = RETRIEVE_URL.format(key=item.key)
     return (
-        f"full content: item {item.key}, {item.size} bytes, GET {RETRIEVE_URL.format(key=item.key)}"
+        f"[content {item.key} · {item.size:,} bytes, in full · GET {url}]\n{full_rendering(item)}"
     )
 
 
-def _first_rendering(item: ContentItem, action_type: str) -> str:
-    return f"[{action_type} result, in full; {_retrieve_hint(item)}]\n{full_rendering(item)}"
-
-
-def _compacted_rendering(item: ContentItem, action_type: str, compaction: Compaction) -> str:
-    # The transforms are named once in the tool description the agent gets, not in every result.
+def _compacted_rendering(item: ContentItem, compaction: Compaction) -> str:
+    # The header says what was compacted and where the full content is; the transforms are named
+    # once in the tool description the agent gets, not in every result.
+    url = RETRIEVE_URL.format(key=item.key)
+    rendering = compaction.rendering
     return (
-        f"[{action_type} result, compacted ({compaction.compactor}); {_retrieve_hint(item)}]\n"
-        f"{summary_json(compaction.summary)}"
+        f"[content {item.key} · compacted {rendering.description} · full: GET {url}]\n"
+        f"{rendering.body}"
     )
 
 
@@ -310,12 +310,12 @@ def action_result_record(
         _check_related(agent.tenant, item.related_to)
         first_time = not _seen_before(agent, run_id, action_type)
         if first_time:
-            conversation, summary = _first_rendering(item, action_type), None
+            conversation, summary = _first_rendering(item), None
             item.rendering, item.compactor = "full", ""
         else:
             if compaction is None:  # another request became the first meanwhile
                 compaction = compact_with_plugins(item_content(item))
-            conversation = _compacted_rendering(item, action_type, compaction)
+            conversation = _compacted_rendering(item, compaction)
             summary = compaction.summary
             item.rendering, item.compactor = "compacted", compaction.compactor
         item.tokens_returned = token_count(conversation)

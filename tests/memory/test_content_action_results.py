@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ledger.models import Event, Role
-from memory.compaction import Content
+from memory.compaction import Content, html_to_text, url_base
 from memory.content_store import ItemDraft, action_result_record
 from memory.models import ContentItem
 from memory.tokens import token_count
@@ -58,6 +58,38 @@ def test_the_first_result_of_an_action_type_is_full_and_later_ones_compacted(cli
     assert second["summary"]["url"] == "https://example.org/orchids"
     assert len(second["summary"]["excerpt"]) <= 501
     assert second["retrieve"]["url"] == f"/api/v1/content/items/{second['item']['id']}/"
+
+
+def body_of(answer: dict[str, Any]) -> list[str]:
+    """The lines under a conversation rendering's header, after checking the header names the
+    item and where its full content is."""
+    key = answer["item"]["id"]
+    header, *body = answer["conversation"].split("\n")
+    assert header.startswith(f"[content {key} · ")
+    assert header.endswith(f" GET /api/v1/content/items/{key}/]")
+    return body
+
+
+@pytest.mark.django_db
+def test_renderings_are_one_header_line_then_the_content(client):
+    first = post_result(client, PAGE, source="https://example.org/orchids")
+    second = post_result(client, PAGE, source="https://example.org/orchids")
+    key = second["item"]["id"]
+
+    assert first["conversation"] == (
+        f"[content {first['item']['id']} · {len(PAGE):,} bytes, in full · "
+        f"GET /api/v1/content/items/{first['item']['id']}/]\n{PAGE}"
+    )
+    header, title_line, excerpt = second["conversation"].split("\n")
+    assert header == (
+        f"[content {key} · compacted web page, {len(PAGE):,} chars · "
+        f"full: GET /api/v1/content/items/{key}/]"
+    )
+    assert title_line == "Orchids of Borneo · https://example.org/orchids"
+    assert excerpt == second["summary"]["excerpt"]
+    assert excerpt.startswith("Orchids grow in the canopy of the rain forest. Orchids grow")
+    assert len(excerpt) == 501  # 500 characters and the ellipsis
+    assert excerpt.endswith("…")
 
 
 @pytest.mark.django_db
@@ -135,6 +167,83 @@ def test_compaction_is_chosen_by_content_type(client):
     assert text["summary"]["lines"] == 20
 
 
+@pytest.mark.django_db
+def test_each_content_type_has_a_terse_rendering(client):
+    for action_type in ("search", "sql", "json", "log"):
+        post_result(client, "x", action_type=action_type)
+    hits = [{"title": f"Hit {i}", "url": f"https://e.org/docs/{i}.html"} for i in range(3)]
+    rows = [{"id": i, "name": f"n|{i}", "note": None} for i in range(10)]
+
+    search = post_result(client, {"results": hits}, action_type="search")
+    sql = post_result(client, rows, action_type="sql", type="database_result")
+    shape = post_result(client, {"a": {"b": [1, 2]}, "c": "x"}, action_type="json")
+    log = post_result(client, "\n".join(f"row {i}" for i in range(20)), action_type="log")
+
+    assert "compacted search results, 3 ·" in search["conversation"]
+    assert body_of(search) == [
+        "urls relative to https://e.org/docs/",
+        "Hit 0 · 0.html",
+        "Hit 1 · 1.html",
+        "Hit 2 · 2.html",
+    ]
+    assert "compacted table, 10 rows ·" in sql["conversation"]
+    assert body_of(sql) == [
+        "id | name | note",
+        "0 | n\\|0 | null",
+        "1 | n\\|1 | null",
+        "2 | n\\|2 | null",
+    ]
+    size = shape["item"]["size"]
+    assert f"compacted JSON, {size:,} bytes ·" in shape["conversation"]
+    assert body_of(shape) == ["{a: {b: [2 x number]}, c: string}"]
+    assert "compacted text, 20 lines, 129 chars ·" in log["conversation"]
+    assert body_of(log) == [
+        *(f"row {i}" for i in range(5)),
+        "[… 10 lines …]",
+        *(f"row {i}" for i in range(15, 20)),
+    ]
+
+
+@pytest.mark.django_db
+def test_a_short_text_is_shown_without_a_gap(client):
+    post_result(client, "x", action_type="log")
+
+    log = post_result(client, "one\ntwo\nthree", action_type="log")
+
+    assert body_of(log) == ["one", "two", "three"]
+
+
+def test_search_urls_share_a_base_only_when_every_one_goes_on_past_it():
+    assert url_base(["https://a.org/d/1", "https://a.org/d/2"]) == "https://a.org/d/"
+    assert url_base(["https://a.org/d/1", "https://a.org/e/2"]) == "https://a.org/"
+    assert url_base(["https://a.org/1", "https://b.org/1"]) == ""
+    assert url_base(["https://a.org/", "https://a.org/x"]) == ""
+    assert url_base(["https://a.org/s?q=a/1", "https://a.org/s?q=a/2"]) == "https://a.org/"
+    assert url_base(["https://a.org/only"]) == ""
+
+
+@pytest.mark.django_db
+def test_search_results_from_different_sites_keep_whole_urls(client):
+    post_result(client, "x", action_type="search")
+    hits = [
+        {"title": "Orchids\n of  Borneo", "link": "https://a.org/orchids"},
+        {"title": "Canopy", "link": "https://b.org/canopy"},
+    ]
+
+    search = post_result(client, hits, action_type="search")
+
+    assert body_of(search) == [
+        "Orchids of Borneo · https://a.org/orchids",
+        "Canopy · https://b.org/canopy",
+    ]
+
+
+def test_the_page_excerpt_keeps_words_that_inline_tags_split():
+    page = "<html><body><h1>email.<b>mime</b></h1><p>A <a href='x'>link</a></p><p>end</p>"
+
+    assert html_to_text(page) == "email.mime A link end"
+
+
 class ShoutingPlugin:
     """A deployment's own plugin, loaded from CONTENT_COMPACTION_PLUGINS."""
 
@@ -156,6 +265,9 @@ def test_a_deployment_adds_its_own_plugin(client, settings):
     quiet = post_result(client, "quiet")
 
     assert later["summary"] == {"loud": True, "length": 11}
+    # A plugin without render() is shown as its summary on one JSON line.
+    assert "compacted shouting, 11 bytes ·" in later["conversation"]
+    assert body_of(later) == ['{"loud": true, "length": 11}']
     assert ContentItem.objects.get(key=later["item"]["id"]).compactor == "shouting"
     assert "loud" not in quiet["summary"]
 
@@ -170,6 +282,8 @@ def test_an_llm_endpoint_compacts_when_configured(client, settings):
         later = post_result(client, PAGE, goal="find orchid habitats")
 
     assert later["summary"] == {"summary": "Orchids live in the canopy."}
+    assert f"compacted summary, {len(PAGE):,} bytes ·" in later["conversation"]
+    assert body_of(later) == ["Orchids live in the canopy."]
     assert ContentItem.objects.get(key=later["item"]["id"]).compactor == "llm"
     sent = standin.requests[0]
     assert sent["auth"] == "Bearer llm-key"
