@@ -12,10 +12,11 @@ data lives in its own embedded PostgreSQL under var/bench-trust, deleted at the 
    hold ``--others`` more, all with vectors in trust_dissentembedding (novelty is an HNSW search
    filtered to the agent). The vectors are synthetic unit vectors around topics (memory_scale's
    Synthetic), one distribution for every agent, so the agent filter discards near neighbours as
-   it would with real text. Real embeddings of 110,000 texts would cost minutes of CPU on this
-   machine and tell nothing more about the search: the time of one real embedding call is
-   measured and printed on its own. In the timed loop trust.services.embed_texts answers the
-   precomputed vector of the text; everything else is the service as it runs. Target p95 <= 25 ms.
+   it would with real text. Embedding 110,000 texts with the local model would take longer than
+   the whole benchmark on this machine and tell nothing more about the search: the time of one
+   real embedding call (texts of 20-80 made-up words) is measured and printed on its own. In
+   the timed loop trust.services.embed_texts answers the precomputed vector of the text;
+   everything else is the service as it runs. Target p95 <= 25 ms.
 2. trust.services.trust_recompute over a tenant of ``--agents`` agents with ``--events-per-agent``
    dissents and overrides each, spread over ``--days`` days (each agent's rates differ inside and
    before the 90-day window, so the window matters). Loaded with COPY, not through the services.
@@ -589,7 +590,7 @@ def bench_dissent_log(
         if number >= WARM_UP:
             embedding.append((time.perf_counter() - started) * 1000)
     summary.report(
-        f"one real embedding call ({model}), not in the figure above",
+        f"one real embedding call ({model}, 20-80 words), not in the figure above",
         describe(embedding),
         "",
         None,
