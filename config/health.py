@@ -53,7 +53,28 @@ def _check_redis_and_worker() -> tuple[dict[str, Any], dict[str, Any]]:
     return {"ok": True}, worker
 
 
+def _check_jobs(database_ok: bool) -> dict[str, Any]:
+    """Unhealthy when a background job failed (or died) in each of its last three runs."""
+    if not database_ok:
+        return {"ok": False, "error": "database unavailable"}
+    from ledger.jobs import jobs_failing
+
+    try:
+        failing = jobs_failing()
+    except Exception as exc:  # e.g. not migrated yet: unhealthy, with the reason
+        return {"ok": False, "error": type(exc).__name__}
+    if failing:
+        return {"ok": False, "error": "failed its last 3 runs", "failing": failing}
+    return {"ok": True}
+
+
 def health_report() -> dict[str, Any]:
     redis_state, worker_state = _check_redis_and_worker()
-    checks = {"database": _check_database(), "redis": redis_state, "worker": worker_state}
+    database_state = _check_database()
+    checks = {
+        "database": database_state,
+        "redis": redis_state,
+        "worker": worker_state,
+        "jobs": _check_jobs(database_state["ok"]),
+    }
     return {"ok": all(check["ok"] for check in checks.values()), "checks": checks}

@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "django_celery_beat",
     "ledger",
     "memory",
     "trust",
@@ -142,6 +143,17 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# Beat reads its schedule from the database (django-celery-beat), so admins change job intervals
+# in the Django admin without a deploy; CELERY_BEAT_SCHEDULE below is synced into it at start.
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Background jobs (SPEC 9, ledger/jobs.py): rows per batch (one short transaction each), and how
+# long one task loops over batches before it queues its own continuation.
+JOB_BATCH_SIZE = env_int("JOB_BATCH_SIZE", 5000)
+JOB_TIME_BUDGET_SECONDS = env_int("JOB_TIME_BUDGET_SECONDS", 240)
+# Celery's limits sit past the budget: the soft one raises inside a batch that hangs, the hard
+# one kills the process; either way the batch rolls back and the next run goes on.
+JOB_SOFT_TIME_LIMIT_SECONDS = JOB_TIME_BUDGET_SECONDS + 60
+JOB_HARD_TIME_LIMIT_SECONDS = JOB_TIME_BUDGET_SECONDS + 120
 WORKER_HEARTBEAT_INTERVAL_SECONDS = env_int("WORKER_HEARTBEAT_INTERVAL_SECONDS", 15)
 # /healthz calls the worker unhealthy when its last heartbeat task ran longer ago than this.
 WORKER_HEARTBEAT_MAX_AGE_SECONDS = env_int("WORKER_HEARTBEAT_MAX_AGE_SECONDS", 60)

@@ -10,6 +10,7 @@ from ledger.models import (
     ApiKey,
     Event,
     IdempotencyRecord,
+    JobRun,
     Membership,
     RecallSettings,
     Tenant,
@@ -81,6 +82,23 @@ class IdempotencyRecordAdmin(admin.ModelAdmin[IdempotencyRecord]):
     list_display = ["key", "tenant", "status_code", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["key"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(JobRun)
+class JobRunAdmin(admin.ModelAdmin[JobRun]):
+    """The record of what the background jobs did: written by the jobs, read-only here.
+
+    Schedules are edited under "Periodic tasks" (django-celery-beat)."""
+
+    list_display = ["job", "status", "started_at", "duration_seconds", "rows_touched", "error"]
+    list_filter = ["job", "status"]
+    readonly_fields = [field.name for field in JobRun._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

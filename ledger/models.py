@@ -319,3 +319,38 @@ class RecallSettings(models.Model):
         """The tenant's settings, or the defaults (unsaved) when it has none."""
         found = cls.objects.filter(tenant=tenant).first()
         return found if found is not None else cls(tenant=tenant)
+
+
+class JobRun(models.Model):
+    """One run of a background job (SPEC 9): when, how much it did, and how it ended.
+
+    Jobs are global, not per tenant, so a run has no tenant; ``error`` stays free of tenant data
+    (it is shown through the API to every tenant's admins) and ``details`` holds what only the
+    operator sees in the Django admin (a traceback, the tenants whose chain broke).
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        # Another run of the same job held its lock: this one did nothing.
+        SKIPPED = "skipped"
+        # Found still "running" by a later run that got the lock: its worker died mid-run.
+        ABANDONED = "abandoned"
+
+    job = models.CharField(max_length=100)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    rows_touched = models.BigIntegerField(default=0)
+    duration_seconds = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
+    # True when the run stopped at its time budget with work left and queued its continuation.
+    requeued = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "-started_at"], name="jobrun_job_started")]
+
+    def __str__(self) -> str:
+        return f"{self.job} {self.status} at {self.started_at:%Y-%m-%d %H:%M:%S}"

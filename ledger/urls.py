@@ -4,6 +4,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from ledger.api import AgentViewSet, ApiKeyViewSet, EventViewSet, RecallSettingsViewSet
+from ledger.jobs_api import JobViewSet
 
 api_router = SimpleRouter()
 api_router.register("agents", AgentViewSet, basename="agent")
@@ -17,4 +18,5 @@ api_urls = [
         RecallSettingsViewSet.as_view({"get": "retrieve", "patch": "partial_update"}),
         name="recall-settings",
     ),
+    path("jobs/", JobViewSet.as_view({"get": "list"}), name="jobs"),
 ]

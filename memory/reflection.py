@@ -167,3 +167,33 @@ def reflection_create_if_due(*, agent: Agent, run_id: str, force: bool = False) 
             run_id=run_id,
             turn=recent[-1].turn if recent else 0,
         )
+
+
+def reflections_create_due(*, after_event_id: int, up_to_event_id: int) -> int:
+    """Create the reflections due in the runs that got events with ids in (after, up to].
+
+    The periodic trigger (SPEC 9): a reflection can only become due when its run gets a new
+    event, so only runs touched since the last check are looked at, and in them only the agents
+    that have acted there (an agent that never spoke in a run has nothing to reflect on).
+    ``reflection_create_if_due`` decides under its own lock, so checking a run twice, or from two
+    workers, creates each reflection once. Returns how many it created.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT tenant_id, run_id FROM ledger_event"
+            " WHERE id > %s AND id <= %s AND run_id <> '' ORDER BY tenant_id, run_id",
+            [after_event_id, up_to_event_id],
+        )
+        runs = [(int(row[0]), str(row[1])) for row in cursor.fetchall()]
+    created = 0
+    for tenant_id, run_id in runs:
+        actors = (
+            Event.objects.filter(tenant_id=tenant_id, run_id=run_id)
+            .values_list("actor", flat=True)
+            .distinct()
+        )
+        agents = Agent.objects.filter(tenant_id=tenant_id, name__in=actors).select_related("tenant")
+        for agent in agents.order_by("pk"):
+            if reflection_create_if_due(agent=agent, run_id=run_id) is not None:
+                created += 1
+    return created

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from config.api import ApiError
-from ledger.models import Agent, Event, Tenant
+from ledger.models import DISPLAYABLE_PAYLOAD_KEYS, Agent, Event, Tenant
 from ledger.services import (
     SYSTEM_ACTOR,
     EventDraft,
@@ -370,6 +370,24 @@ def memory_embeddings_backfill(*, batch_size: int = 256) -> int:
                 embedding=memory.embedding, embedding_model=memory.embedding_model
             )
     return filled
+
+
+def events_embeddings_backfill(*, after_id: int = 0, batch_size: int = 256) -> tuple[int, int]:
+    """Embed the next events (by id, after ``after_id``) with displayable text and no vector.
+
+    Returns (rows added, last id looked at; 0 when none was left). Keyset-paginated so events
+    whose payload key holds no usable text are passed over, not fetched again and again.
+    Raises ``EmbeddingUnavailable`` when the embedder is down: the next run starts over.
+    """
+    ids = list(
+        Event.objects.filter(pk__gt=after_id, payload__has_any_keys=list(DISPLAYABLE_PAYLOAD_KEYS))
+        .exclude(embedding__model=embedder_name())
+        .order_by("pk")
+        .values_list("pk", flat=True)[:batch_size]
+    )
+    if not ids:
+        return 0, 0
+    return event_embeddings_build(event_ids=ids), ids[-1]
 
 
 def memories_mark_retrieved(*, tenant: Tenant, memory_ids: Sequence[int], at: datetime) -> int:

@@ -1,11 +1,34 @@
 from __future__ import annotations
 
-from celery import shared_task
+from collections.abc import Iterator
+from typing import Any
+
+from celery import Task, shared_task
+from django.db.models import Max
 from django.utils.dateparse import parse_datetime
 
-from ledger.models import Tenant
+from ledger.jobs import (
+    JOB_TASK_OPTIONS,
+    Batch,
+    batches_until_short,
+    job_progress,
+    job_task_run,
+    job_task_sweep,
+)
+from ledger.models import Event, Tenant
 from memory.embeddings import EmbeddingUnavailable
-from memory.services import event_embeddings_build, memories_mark_retrieved
+from memory.lifecycle import memories_decay, memories_enforce_quota, memories_expire
+from memory.reflection import reflections_create_due
+from memory.services import (
+    event_embeddings_build,
+    events_embeddings_backfill,
+    memories_mark_retrieved,
+    memory_embeddings_backfill,
+)
+
+EMBEDDING_BACKFILL_BATCH = 256
+# Events looked at per reflection batch: the runs they touch are checked for due reflections.
+REFLECTION_EVENT_SPAN = 5000
 
 
 @shared_task(
@@ -29,3 +52,70 @@ def memories_mark_retrieved_task(tenant_id: int, memory_ids: list[int], at: str)
     if tenant is None or moment is None:
         return 0
     return memories_mark_retrieved(tenant=tenant, memory_ids=memory_ids, at=moment)
+
+
+@shared_task(name="memory.tasks.memories_decay", **JOB_TASK_OPTIONS)
+def memories_decay_task(self: Task[Any, Any]) -> dict[str, Any]:
+    return job_task_sweep(self, name="memory.decay", service=memories_decay)
+
+
+@shared_task(name="memory.tasks.memories_expire", **JOB_TASK_OPTIONS)
+def memories_expire_task(self: Task[Any, Any]) -> dict[str, Any]:
+    return job_task_sweep(self, name="memory.ttl", service=memories_expire)
+
+
+@shared_task(name="memory.tasks.memories_enforce_quota", **JOB_TASK_OPTIONS)
+def memories_enforce_quota_task(self: Task[Any, Any]) -> dict[str, Any]:
+    return job_task_sweep(self, name="memory.quota", service=memories_enforce_quota)
+
+
+def _embedding_batches() -> Iterator[Batch]:
+    """Memories first (search reads their vectors), then events; each part until it is done.
+
+    An unavailable embedder ends the run quietly: nothing is lost, the next run tries again.
+    """
+    yield from batches_until_short(
+        lambda n: memory_embeddings_backfill(batch_size=n), batch_size=EMBEDDING_BACKFILL_BATCH
+    )
+    after = 0
+    while True:
+        try:
+            added, after = events_embeddings_backfill(
+                after_id=after, batch_size=EMBEDDING_BACKFILL_BATCH
+            )
+        except EmbeddingUnavailable:
+            return
+        yield Batch(rows=added, more=after != 0)
+        if after == 0:
+            return
+
+
+@shared_task(name="memory.tasks.embeddings_backfill", **JOB_TASK_OPTIONS)
+def embeddings_backfill_task(self: Task[Any, Any]) -> dict[str, Any]:
+    return job_task_run(self, name="memory.embeddings_backfill", batches=_embedding_batches)
+
+
+REFLECTIONS_JOB = "memory.reflections"
+
+
+def _reflection_batches() -> Iterator[Batch]:
+    """From the event id the last run reached to the newest event, in spans of events.
+
+    The first run ever starts at the newest event: reflections become due automatically from the
+    moment the jobs run, not retroactively for every past run (which could mean many LLM calls).
+    """
+    top = int(Event.objects.aggregate(top=Max("id"))["top"] or 0)
+    start = int(job_progress(REFLECTIONS_JOB).get("after_event_id", top))
+    if start >= top:
+        yield Batch(rows=0, more=False, details={"after_event_id": top})
+        return
+    while start < top:
+        end = min(start + REFLECTION_EVENT_SPAN, top)
+        created = reflections_create_due(after_event_id=start, up_to_event_id=end)
+        start = end
+        yield Batch(rows=created, more=start < top, details={"after_event_id": start})
+
+
+@shared_task(name="memory.tasks.reflections_trigger", **JOB_TASK_OPTIONS)
+def reflections_trigger_task(self: Task[Any, Any]) -> dict[str, Any]:
+    return job_task_run(self, name=REFLECTIONS_JOB, batches=_reflection_batches)

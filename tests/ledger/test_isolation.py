@@ -54,6 +54,8 @@ ENDPOINTS = [
     Endpoint("get", "/api/v1/events/verify/", Role.REVIEWER),
     Endpoint("get", "/api/v1/recall-settings/", Role.AGENT),
     Endpoint("patch", "/api/v1/recall-settings/", Role.ADMIN, {"top_k": 3}),
+    # Global job status, no tenant data (ledger/jobs_api.py): admins of every tenant see the same.
+    Endpoint("get", "/api/v1/jobs/", Role.ADMIN),
     Endpoint("get", "/api/v1/memories/", Role.AGENT),
     Endpoint("post", "/api/v1/memories/", Role.AGENT, {"agent": "Creator1", "content": "hi"}),
     Endpoint(

@@ -34,6 +34,7 @@ from config import embedded
 from config.env import env_int, env_str
 from config.health import health_report
 from ledger.demo import admin_user_ensure, demo_data_seed, demo_tenant_ensure
+from ledger.jobs import job_schedules_ensure
 
 RESTART_BACKOFF_FIRST_SECONDS = 1.0
 RESTART_BACKOFF_MAX_SECONDS = 30.0
@@ -454,6 +455,7 @@ class Command(BaseCommand):
         steps: list[Callable[[], object]] = [
             self._start_embedded,
             lambda: call_command("migrate", interactive=False, verbosity=verbosity),
+            self._ensure_job_schedules,
             lambda: self._collect_static(verbosity=verbosity),
             lambda: self._pending_notes.extend(self.ensure_identity(demo=demo)),
         ]
@@ -463,6 +465,12 @@ class Command(BaseCommand):
             step()
         # The children open their own connections; ours would sit idle until shutdown.
         connections.close_all()
+
+    def _ensure_job_schedules(self) -> None:
+        # The data migration seeded them once; this brings back a job whose row was deleted.
+        created = job_schedules_ensure()
+        if created:
+            self._say(f"scheduled {created} background job(s) with their default intervals")
 
     def _collect_static(self, *, verbosity: int) -> None:
         # collectstatic re-hashes and re-compresses every file (seconds, on each start); skip it
@@ -564,8 +572,9 @@ class Command(BaseCommand):
             Child(
                 "beat",
                 [
+                    # The schedule is in the database (django-celery-beat), edited in the admin.
                     python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
-                    "--schedule", str(settings.DATA_DIR / "celerybeat-schedule"),
+                    "--scheduler", settings.CELERY_BEAT_SCHEDULER,
                     "--pidfile=",
                 ],
             ),
