@@ -178,9 +178,16 @@ def gaming_check(*, agent: Agent, now: datetime | None = None) -> GamingFlag | N
     moment = now or timezone.now()
     with transaction.atomic():
         tenant_write_lock(agent.tenant)
+        # Cheapest test first: most agents are not trusted enough for a flag to matter.
+        trust = Agent.objects.filter(pk=agent.pk).values_list("trust_score", flat=True).get()
+        if trust < settings.GAMING_MIN_TRUST:
+            return None
         if GamingFlag.objects.filter(agent=agent, status=GamingFlag.Status.OPEN).exists():
             return None
-        dissents = Dissent.objects.filter(agent=agent, occurred_at__lte=moment)
+        # The tenant too, so the (tenant, agent, -occurred_at) index serves the newest first.
+        dissents = Dissent.objects.filter(
+            tenant_id=agent.tenant_id, agent=agent, occurred_at__lte=moment
+        )
         # A review settled the evidence it saw: flagging again needs dissents logged after it,
         # or a dismissed flag would reopen on the next dissent.
         reviewed = GamingFlag.objects.filter(agent=agent).aggregate(last=Max("reviewed_at"))
@@ -196,9 +203,6 @@ def gaming_check(*, agent: Agent, now: datetime | None = None) -> GamingFlag | N
         entropy, counts = citation_entropy(recent)
         # No citations at all is not a narrowed choice of criteria: there is nothing to game.
         if not counts or entropy >= settings.GAMING_ENTROPY_THRESHOLD_BITS:
-            return None
-        trust = Agent.objects.filter(pk=agent.pk).values_list("trust_score", flat=True).get()
-        if trust < settings.GAMING_MIN_TRUST:
             return None
         flag = GamingFlag.objects.create(
             tenant=agent.tenant,
