@@ -1,0 +1,216 @@
+"""The job runner (ledger/jobs.py): run records, the per-job lock, the budget, health, the API."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from config.health import worker_heartbeat_record
+from ledger.jobs import JOBS, Batch, JobFailed, job_progress, job_run, job_schedules_ensure
+from ledger.models import JobRun, Role
+
+
+def counted(*sizes: int) -> Iterator[Batch]:
+    for position, rows in enumerate(sizes):
+        yield Batch(rows=rows, more=position < len(sizes) - 1)
+
+
+@pytest.mark.django_db
+def test_it_records_a_run_with_its_rows_and_duration():
+    outcome = job_run(name="memory.decay", batches=lambda: counted(3, 2))
+
+    run = JobRun.objects.get(job="memory.decay")
+    assert (outcome.status, outcome.rows, outcome.more) == ("succeeded", 5, False)
+    assert (run.status, run.rows_touched, run.error) == ("succeeded", 5, "")
+    assert run.finished_at is not None and run.finished_at >= run.started_at
+    assert run.duration_seconds is not None and run.duration_seconds >= 0
+
+
+@pytest.mark.django_db
+def test_it_stops_at_the_budget_and_says_work_is_left():
+    outcome = job_run(name="memory.decay", batches=lambda: counted(1, 1, 1), budget_seconds=0)
+
+    assert (outcome.rows, outcome.more) == (1, True)
+    assert JobRun.objects.get(job="memory.decay").requeued is True
+
+
+@pytest.mark.django_db
+def test_it_records_an_exception_by_its_type_only_and_raises_it():
+    def failing() -> Iterator[Batch]:
+        yield Batch(rows=4, more=True)
+        raise ValueError("tenant acme's secret")
+
+    with pytest.raises(ValueError):
+        job_run(name="memory.ttl", batches=failing)
+
+    run = JobRun.objects.get(job="memory.ttl")
+    assert (run.status, run.rows_touched, run.error) == ("failed", 4, "ValueError")
+    assert "secret" in run.details["traceback"]  # for the operator, in the admin
+
+
+@pytest.mark.django_db
+def test_a_job_failure_keeps_its_message_and_details_apart():
+    def broken() -> Iterator[Batch]:
+        yield Batch(rows=10, more=True, details={"after_tenant": 7, "done": False})
+        raise JobFailed("1 hash chain(s) broken", {"broken": [{"tenant_id": 7}], "done": True})
+
+    outcome = job_run(name="ledger.chain_verify", batches=broken)
+
+    run = JobRun.objects.get(job="ledger.chain_verify")
+    assert (outcome.status, run.error) == ("failed", "1 hash chain(s) broken")
+    assert run.details == {"after_tenant": 7, "broken": [{"tenant_id": 7}], "done": True}
+
+
+@pytest.mark.django_db
+def test_a_run_left_running_by_a_dead_worker_is_marked_abandoned():
+    JobRun.objects.create(job="memory.quota", status="running", started_at="2026-01-01T00:00Z")
+
+    job_run(name="memory.quota", batches=lambda: counted(0))
+
+    statuses = list(JobRun.objects.order_by("pk").values_list("status", flat=True))
+    assert statuses == ["abandoned", "succeeded"]
+
+
+@pytest.mark.django_db
+def test_the_progress_of_the_latest_run_is_kept_for_the_next():
+    def with_watermark() -> Iterator[Batch]:
+        yield Batch(rows=1, more=True, details={"after_event_id": 40})
+        yield Batch(rows=1, more=False, details={"after_event_id": 90})
+
+    job_run(name="memory.reflections", batches=with_watermark)
+
+    assert job_progress("memory.reflections") == {"after_event_id": 90}
+    assert job_progress("memory.decay") == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_run_while_the_first_holds_the_lock_is_skipped():
+    inside = threading.Event()
+    release = threading.Event()
+    results: list[str] = []
+
+    def slow() -> Iterator[Batch]:
+        inside.set()
+        release.wait(10)
+        yield Batch(rows=1, more=False)
+
+    def first() -> None:
+        from django.db import connection
+
+        try:
+            results.append(job_run(name="memory.decay", batches=slow).status)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert inside.wait(10)
+
+    second = job_run(name="memory.decay", batches=lambda: counted(5))
+    release.set()
+    thread.join(10)
+
+    assert second.status == "skipped"
+    assert results == ["succeeded"]
+    assert sorted(JobRun.objects.values_list("status", "rows_touched")) == [
+        ("skipped", 0),
+        ("succeeded", 1),
+    ]
+
+
+def _fail(name: str) -> None:
+    def failing() -> Iterator[Batch]:
+        raise RuntimeError("down")
+        yield Batch(0, False)  # pragma: no cover (makes this a generator)
+
+    with pytest.raises(RuntimeError):
+        job_run(name=name, batches=failing)
+
+
+@pytest.mark.django_db
+def test_healthz_is_unhealthy_when_a_job_failed_its_last_three_runs(client):
+    worker_heartbeat_record()
+    _fail("trust.regret_inference")
+    _fail("trust.regret_inference")
+    job_run(name="trust.regret_inference", batches=lambda: counted(0))  # a skip or success
+    _fail("trust.regret_inference")
+    _fail("trust.regret_inference")
+    assert client.get("/healthz").status_code == 200
+
+    _fail("trust.regret_inference")
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json()["checks"]["jobs"] == {
+        "ok": False,
+        "error": "failed its last 3 runs",
+        "failing": ["trust.regret_inference"],
+    }
+
+
+@pytest.mark.django_db
+def test_skipped_runs_do_not_hide_failures_nor_count_as_them(client):
+    worker_heartbeat_record()
+    for _ in range(3):
+        _fail("memory.ttl")
+        JobRun.objects.create(job="memory.ttl", status="skipped", started_at="2099-01-01T00:00Z")
+
+    assert client.get("/healthz").json()["checks"]["jobs"]["failing"] == ["memory.ttl"]
+
+
+@pytest.mark.django_db
+def test_the_schedules_are_seeded_once_and_edits_survive():
+    PeriodicTask.objects.filter(name__in=list(JOBS)).delete()
+    assert job_schedules_ensure() == len(JOBS)
+    regret = PeriodicTask.objects.get(name="trust.regret_inference")
+    regret.interval, _ = IntervalSchedule.objects.get_or_create(every=7, period="minutes")
+    regret.save()
+
+    assert job_schedules_ensure() == 0
+    assert PeriodicTask.objects.get(name="trust.regret_inference").interval.every == 7
+
+
+def test_every_registered_task_exists():
+    from config.celery import app
+
+    app.loader.import_default_modules()
+    assert {spec.task for spec in JOBS.values()} <= set(app.tasks)
+
+
+@pytest.mark.django_db
+def test_the_api_lists_every_job_with_schedule_runs_and_next_due_time(tenant, api_as):
+    job_schedules_ensure()
+    job_run(name="trust.regret_inference", batches=lambda: counted(2, 1))
+
+    response = api_as(tenant, role=Role.ADMIN).get("/api/v1/jobs/")
+
+    assert response.status_code == 200
+    jobs = {job["name"]: job for job in response.json()["results"]}
+    assert set(jobs) == set(JOBS)
+    regret = jobs["trust.regret_inference"]
+    assert regret["schedule"] == "every 5 minutes"
+    assert regret["enabled"] is True and regret["healthy"] is True
+    assert regret["next_due_at"] is not None
+    assert [(r["status"], r["rows_touched"]) for r in regret["last_runs"]] == [("succeeded", 3)]
+    assert "UTC" in jobs["trust.windows"]["schedule"]
+
+
+@pytest.mark.django_db
+def test_every_tenants_admin_sees_the_same_global_status(tenant, other_tenant, api_as):
+    job_schedules_ensure()
+    _fail("memory.decay")
+
+    mine = api_as(tenant, role=Role.ADMIN).get("/api/v1/jobs/").json()
+    theirs = api_as(other_tenant, role=Role.ADMIN).get("/api/v1/jobs/").json()
+
+    def without_clock(body: dict) -> list[dict]:
+        # A job never run is due "now", which moves between the two calls.
+        return [{**job, "next_due_at": None} for job in body["results"]]
+
+    assert without_clock(mine) == without_clock(theirs)
+    decay = next(job for job in mine["results"] if job["name"] == "memory.decay")
+    assert decay["last_runs"][0]["error"] == "RuntimeError"
+    assert "details" not in decay["last_runs"][0]
