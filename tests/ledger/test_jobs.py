@@ -25,8 +25,10 @@ def test_it_records_a_run_with_its_rows_and_duration():
     run = JobRun.objects.get(job="memory.decay")
     assert (outcome.status, outcome.rows, outcome.more) == ("succeeded", 5, False)
     assert (run.status, run.rows_touched, run.error) == ("succeeded", 5, "")
-    assert run.finished_at is not None and run.finished_at >= run.started_at
-    assert run.duration_seconds is not None and run.duration_seconds >= 0
+    assert run.finished_at is not None
+    assert run.finished_at >= run.started_at
+    assert run.duration_seconds is not None
+    assert run.duration_seconds >= 0
 
 
 @pytest.mark.django_db
@@ -43,7 +45,7 @@ def test_it_records_an_exception_by_its_type_only_and_raises_it():
         yield Batch(rows=4, more=True)
         raise ValueError("tenant acme's secret")
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="secret"):
         job_run(name="memory.ttl", batches=failing)
 
     run = JobRun.objects.get(job="memory.ttl")
@@ -192,7 +194,8 @@ def test_the_api_lists_every_job_with_schedule_runs_and_next_due_time(tenant, ap
     assert set(jobs) == set(JOBS)
     regret = jobs["trust.regret_inference"]
     assert regret["schedule"] == "every 5 minutes"
-    assert regret["enabled"] is True and regret["healthy"] is True
+    assert regret["enabled"] is True
+    assert regret["healthy"] is True
     assert regret["next_due_at"] is not None
     assert [(r["status"], r["rows_touched"]) for r in regret["last_runs"]] == [("succeeded", 3)]
     assert "UTC" in jobs["trust.windows"]["schedule"]

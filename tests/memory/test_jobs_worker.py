@@ -113,7 +113,8 @@ def test_a_job_run_twice_by_the_worker_leaves_the_state_of_one_run(
 
     assert state() == once
     touched = list(JobRun.objects.filter(job=name).order_by("pk").values_list("rows_touched"))
-    assert touched[0][0] > 0 and touched[1][0] == 0
+    assert touched[0][0] > 0
+    assert touched[1][0] == 0
 
 
 @pytest.mark.parametrize(("task", "name"), LIFECYCLE, ids=[name for _, name in LIFECYCLE])
@@ -141,7 +142,8 @@ def test_two_runs_at_once_leave_the_state_of_one_run(task, name, agent, settings
     rows = sorted(JobRun.objects.filter(job=name).values_list("status", "rows_touched"))
     touched = [count for status, count in rows if status == "succeeded"]
     # One run did the work; the other was skipped at the lock or found nothing left.
-    assert sorted(touched)[-1] > 0 and sum(touched) == sorted(touched)[-1]
+    assert sorted(touched)[-1] > 0
+    assert sum(touched) == sorted(touched)[-1]
 
 
 def test_every_job_runs_through_the_worker(agent, celery_worker):
@@ -253,7 +255,8 @@ def test_a_worker_killed_mid_job_leaves_work_the_next_run_completes_exactly_once
     assert len(logged) == len(set(logged)) == 20_000  # nothing logged twice, nothing missed
     assert set(logged) == archived
     last = JobRun.objects.filter(job="memory.decay").order_by("pk").last()
-    assert last is not None and last.rows_touched == 20_000 - archived_at_kill
+    assert last is not None
+    assert last.rows_touched == 20_000 - archived_at_kill
 
 
 # --- Beat ------------------------------------------------------------------------------------
