@@ -96,7 +96,13 @@ class Dissent(TenantOwned):
 
     class Meta:
         indexes = [
-            models.Index(fields=["tenant", "agent", "-occurred_at"], name="dissent_agent_time"),
+            # INCLUDE: the trust evidence (counts of impact, the last 100 depths) is read from
+            # the index alone.
+            models.Index(
+                fields=["tenant", "agent", "-occurred_at", "-id"],
+                name="dissent_agent_time",
+                include=["impact", "depth_score"],
+            ),
         ]
         ordering = ["id"]
 
@@ -156,7 +162,11 @@ class Override(TenantOwned):
 
     class Meta:
         indexes = [
-            models.Index(fields=["tenant", "agent", "-occurred_at"], name="override_agent_time"),
+            models.Index(
+                fields=["tenant", "agent", "-occurred_at"],
+                name="override_agent_time",
+                include=["regret"],
+            ),
             # Regret inference reads only the overrides still open.
             models.Index(
                 fields=["tenant", "round_id", "auto_check_deadline"],
