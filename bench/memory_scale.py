@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import statistics
@@ -267,7 +266,9 @@ def copy_rows(
                     vectors[i],
                     model,
                     policies.content_hash(texts[i]),
-                    json.dumps({"speaker": SPEAKERS[speakers[i]], "n": number}),
+                    # The object itself: COPY's jsonb dumper encodes whatever it is given, so
+                    # a json.dumps string would be stored as a JSON string, not an object.
+                    {"speaker": SPEAKERS[speakers[i]], "n": number},
                     [FLAG_TAG] if flags[i] else [],
                     start + timedelta(minutes=number),
                     created,
