@@ -3,12 +3,14 @@
 Each is set-based SQL over a bounded batch, safe to run twice or concurrently (the batch's
 tenants are locked first, and the conditions are re-checked by the UPDATE/DELETE itself),
 and records what it did as one ledger event per tenant per batch, in the same transaction.
-Call them in a loop until they return 0; the background-jobs issue schedules that.
+The ``*_sweep`` generators run them over the whole table batch by batch for the background jobs
+(memory/tasks.py, ledger/jobs.py).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ledger.jobs import Batch
 from ledger.models import Tenant
 from ledger.services import event_append, tenant_write_lock_id
 from memory.models import MemoryKey
@@ -64,20 +67,41 @@ def _claim(cursor: Any, select_sql: str, params: dict[str, Any]) -> list[int]:
 
 def memories_decay(*, now: datetime | None = None, batch_size: int = 5000) -> int:
     """Archive active memories whose effective importance fell below 0.1. Returns rows archived."""
+    return _decay_batch(now or timezone.now(), 0, batch_size)[0]
+
+
+def memories_decay_sweep(*, now: datetime | None = None, batch_size: int = 5000) -> Iterator[Batch]:
+    """``memories_decay`` over the whole table, batch after batch, for the background job.
+
+    Keyset-paginated by id: each batch scans on from where the last one stopped instead of from
+    the start again past the rows it archived, so a sweep reads the table once.
+    """
     moment = now or timezone.now()
+    after = 0
+    while True:
+        archived, claimed = _decay_batch(moment, after, batch_size)
+        yield Batch(rows=archived, more=len(claimed) == batch_size)
+        if len(claimed) < batch_size:
+            return
+        after = claimed[-1]
+
+
+def _decay_batch(moment: datetime, after: int, batch_size: int) -> tuple[int, list[int]]:
     params: dict[str, Any] = {
         "now": moment,
         "decay_base": DECAY_BASE,
         "week": SECONDS_PER_WEEK,
         "threshold": ARCHIVE_BELOW,
         "batch": batch_size,
+        "after": after,
     }
     with transaction.atomic(), connection.cursor() as cursor:
         ids = _claim(
             cursor,
             f"""
             SELECT id, tenant_id FROM memory_memory
-            WHERE archived_at IS NULL AND {EFFECTIVE_IMPORTANCE_SQL} < %(threshold)s
+            WHERE id > %(after)s AND archived_at IS NULL
+              AND {EFFECTIVE_IMPORTANCE_SQL} < %(threshold)s
             ORDER BY id LIMIT %(batch)s
             """,  # noqa: S608 (a constant expression; every value is a parameter)
             params,
@@ -97,7 +121,7 @@ def memories_decay(*, now: datetime | None = None, batch_size: int = 5000) -> in
             kind="memory.archived",
             payload_extra={"reason": "decay", "archived_at": moment.isoformat()},
         )
-    return len(rows)
+    return len(rows), ids
 
 
 def memories_expire(*, now: datetime | None = None, batch_size: int = 5000) -> int:
@@ -106,15 +130,32 @@ def memories_expire(*, now: datetime | None = None, batch_size: int = 5000) -> i
     Search already hides them from the moment they expire; this reclaims the space and shreds the
     content sealed in the ledger.
     """
+    return _expire_batch(now or timezone.now(), 0, batch_size)[0]
+
+
+def memories_expire_sweep(
+    *, now: datetime | None = None, batch_size: int = 5000
+) -> Iterator[Batch]:
+    """``memories_expire`` over the whole table, keyset-paginated by id like the decay sweep."""
     moment = now or timezone.now()
+    after = 0
+    while True:
+        deleted, claimed = _expire_batch(moment, after, batch_size)
+        yield Batch(rows=deleted, more=len(claimed) == batch_size)
+        if len(claimed) < batch_size:
+            return
+        after = claimed[-1]
+
+
+def _expire_batch(moment: datetime, after: int, batch_size: int) -> tuple[int, list[int]]:
     with transaction.atomic(), connection.cursor() as cursor:
         ids = _claim(
             cursor,
             """
-            SELECT id, tenant_id FROM memory_memory WHERE expires_at <= %(now)s
+            SELECT id, tenant_id FROM memory_memory WHERE id > %(after)s AND expires_at <= %(now)s
             ORDER BY id LIMIT %(batch)s
             """,
-            {"now": moment, "batch": batch_size},
+            {"now": moment, "batch": batch_size, "after": after},
         )
         cursor.execute(
             """
@@ -129,7 +170,7 @@ def memories_expire(*, now: datetime | None = None, batch_size: int = 5000) -> i
         rows = [(int(position[4]), int(position[0])) for position in positions]
         MemoryKey.objects.filter(memory_id__in=[memory_id for memory_id, _ in rows]).delete()
         _log_per_tenant(rows, kind="memory.expired", payload_extra={"reason": "ttl"})
-    return len(rows)
+    return len(rows), ids
 
 
 def memories_enforce_quota(
@@ -138,12 +179,49 @@ def memories_enforce_quota(
     """Archive the lowest effective-importance memories of agents over their quota."""
     moment = now or timezone.now()
     quota = limit if limit is not None else settings.MEMORY_QUOTA_PER_AGENT
+    return _quota_batch(moment, quota, None, batch_size)[0]
+
+
+def memories_enforce_quota_sweep(
+    *, now: datetime | None = None, limit: int | None = None, batch_size: int = 5000
+) -> Iterator[Batch]:
+    """``memories_enforce_quota`` agent by agent, for the background job.
+
+    The agents over quota are found once (one count over the active rows); then each batch ranks
+    only one agent's memories, instead of every active memory of every agent again per batch.
+    """
+    moment = now or timezone.now()
+    quota = limit if limit is not None else settings.MEMORY_QUOTA_PER_AGENT
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT agent_id FROM memory_memory WHERE {ACTIVE_SQL}"  # noqa: S608 (constant)
+            " GROUP BY agent_id HAVING count(*) > %(quota)s ORDER BY agent_id",
+            {"now": moment, "quota": quota},
+        )
+        over = [int(row[0]) for row in cursor.fetchall()]
+    for agent_id in over:
+        while True:
+            archived, claimed = _quota_batch(moment, quota, agent_id, batch_size)
+            yield Batch(rows=archived, more=True)
+            if len(claimed) < batch_size:
+                break
+    yield Batch(rows=0, more=False)
+
+
+# Counted against the quota: neither archived nor expired.
+ACTIVE_SQL = "archived_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)s)"
+
+
+def _quota_batch(
+    moment: datetime, quota: int, agent_id: int | None, batch_size: int
+) -> tuple[int, list[int]]:
     params: dict[str, Any] = {
         "now": moment,
         "decay_base": DECAY_BASE,
         "week": SECONDS_PER_WEEK,
         "quota": quota,
         "batch": batch_size,
+        "agent": agent_id,
     }
     with transaction.atomic(), connection.cursor() as cursor:
         ids = _claim(
@@ -153,6 +231,7 @@ def memories_enforce_quota(
                 SELECT agent_id, count(*) - %(quota)s AS excess FROM memory_memory
                 WHERE archived_at IS NULL
                   AND (expires_at IS NULL OR expires_at > %(now)s)
+                  AND (%(agent)s::bigint IS NULL OR agent_id = %(agent)s::bigint)
                 GROUP BY agent_id HAVING count(*) > %(quota)s
             ),
             ranked AS (
@@ -181,4 +260,4 @@ def memories_enforce_quota(
             kind="memory.archived",
             payload_extra={"reason": "quota", "archived_at": moment.isoformat()},
         )
-    return len(rows)
+    return len(rows), ids

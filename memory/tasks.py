@@ -4,6 +4,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from celery import Task, shared_task
+from django.conf import settings
 from django.db.models import Max
 from django.utils.dateparse import parse_datetime
 
@@ -13,11 +14,14 @@ from ledger.jobs import (
     batches_until_short,
     job_progress,
     job_task_run,
-    job_task_sweep,
 )
 from ledger.models import Event, Tenant
 from memory.embeddings import EmbeddingUnavailable
-from memory.lifecycle import memories_decay, memories_enforce_quota, memories_expire
+from memory.lifecycle import (
+    memories_decay_sweep,
+    memories_enforce_quota_sweep,
+    memories_expire_sweep,
+)
 from memory.reflection import reflections_create_due
 from memory.services import (
     event_embeddings_build,
@@ -56,17 +60,29 @@ def memories_mark_retrieved_task(tenant_id: int, memory_ids: list[int], at: str)
 
 @shared_task(name="memory.tasks.memories_decay", **JOB_TASK_OPTIONS)
 def memories_decay_task(self: Task[Any, Any]) -> dict[str, Any]:
-    return job_task_sweep(self, name="memory.decay", service=memories_decay)
+    return job_task_run(
+        self,
+        name="memory.decay",
+        batches=lambda: memories_decay_sweep(batch_size=settings.JOB_BATCH_SIZE),
+    )
 
 
 @shared_task(name="memory.tasks.memories_expire", **JOB_TASK_OPTIONS)
 def memories_expire_task(self: Task[Any, Any]) -> dict[str, Any]:
-    return job_task_sweep(self, name="memory.ttl", service=memories_expire)
+    return job_task_run(
+        self,
+        name="memory.ttl",
+        batches=lambda: memories_expire_sweep(batch_size=settings.JOB_BATCH_SIZE),
+    )
 
 
 @shared_task(name="memory.tasks.memories_enforce_quota", **JOB_TASK_OPTIONS)
 def memories_enforce_quota_task(self: Task[Any, Any]) -> dict[str, Any]:
-    return job_task_sweep(self, name="memory.quota", service=memories_enforce_quota)
+    return job_task_run(
+        self,
+        name="memory.quota",
+        batches=lambda: memories_enforce_quota_sweep(batch_size=settings.JOB_BATCH_SIZE),
+    )
 
 
 def _embedding_batches() -> Iterator[Batch]:
