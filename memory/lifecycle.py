@@ -166,11 +166,40 @@ def _expire_batch(moment: datetime, after: int, batch_size: int) -> tuple[int, l
         )
         positions = cursor.fetchall()
         # Neighbours whose keyword window held an expired memory get it recomputed.
-        search_documents_refresh_around(positions)
+        search_documents_refresh_around(_in_surviving_sessions(cursor, positions))
         rows = [(int(position[4]), int(position[0])) for position in positions]
-        MemoryKey.objects.filter(memory_id__in=[memory_id for memory_id, _ in rows]).delete()
+        # One array parameter rather than Django's IN list of thousands of placeholders (a third
+        # of a TTL batch's time went into planning that list).
+        cursor.execute(
+            f"DELETE FROM {MemoryKey._meta.db_table} WHERE memory_id = ANY(%s)",  # noqa: S608
+            [[memory_id for memory_id, _ in rows]],
+        )
         _log_per_tenant(rows, kind="memory.expired", payload_extra={"reason": "ttl"})
     return len(rows), ids
+
+
+def _in_surviving_sessions(cursor: Any, positions: list[Any]) -> list[Any]:
+    """The positions whose session still has memories: only those can have neighbours.
+
+    Memories stored together expire together, so a TTL batch often takes whole sessions; one
+    probe per session here saves four neighbour probes per deleted memory.
+    """
+    sessions = {(int(p[0]), int(p[1]), str(p[2])) for p in positions if p[2]}
+    if not sessions:
+        return []
+    tenants, agents, names = (list(column) for column in zip(*sessions, strict=True))
+    cursor.execute(
+        """
+        SELECT s.tenant_id, s.agent_id, s.session_id
+        FROM unnest(%s::bigint[], %s::bigint[], %s::text[]) AS s(tenant_id, agent_id, session_id)
+        WHERE EXISTS (
+            SELECT 1 FROM memory_memory AS m WHERE m.tenant_id = s.tenant_id
+              AND m.agent_id = s.agent_id AND m.session_id = s.session_id)
+        """,
+        [tenants, agents, names],
+    )
+    surviving = {(int(row[0]), int(row[1]), str(row[2])) for row in cursor.fetchall()}
+    return [p for p in positions if (int(p[0]), int(p[1]), str(p[2])) in surviving]
 
 
 def memories_enforce_quota(
