@@ -214,23 +214,32 @@ def memories_enforce_quota(
 def memories_enforce_quota_sweep(
     *, now: datetime | None = None, limit: int | None = None, batch_size: int = 5000
 ) -> Iterator[Batch]:
-    """``memories_enforce_quota`` agent by agent, for the background job.
+    """``memories_enforce_quota`` a few agents at a time, for the background job.
 
     The agents over quota are found once (one count over the active rows); then each batch ranks
-    only one agent's memories, instead of every active memory of every agent again per batch.
+    only a few agents' memories, instead of every active memory of every agent again per batch.
     """
     moment = now or timezone.now()
     quota = limit if limit is not None else settings.MEMORY_QUOTA_PER_AGENT
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT agent_id FROM memory_memory WHERE {ACTIVE_SQL}"  # noqa: S608 (constant)
+            f"SELECT agent_id, count(*) - %(quota)s FROM memory_memory WHERE {ACTIVE_SQL}"  # noqa: S608
             " GROUP BY agent_id HAVING count(*) > %(quota)s ORDER BY agent_id",
             {"now": moment, "quota": quota},
         )
-        over = [int(row[0]) for row in cursor.fetchall()]
-    for agent_id in over:
+        over = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+    # Agents grouped so a batch archives about batch_size rows: fewer, fuller transactions.
+    groups: list[list[int]] = [[]]
+    excess_in_group = 0
+    for agent_id, excess in over:
+        if groups[-1] and excess_in_group + excess > batch_size:
+            groups.append([])
+            excess_in_group = 0
+        groups[-1].append(agent_id)
+        excess_in_group += excess
+    for group in groups if over else []:
         while True:
-            archived, claimed = _quota_batch(moment, quota, agent_id, batch_size)
+            archived, claimed = _quota_batch(moment, quota, group, batch_size)
             yield Batch(rows=archived, more=True)
             if len(claimed) < batch_size:
                 break
@@ -242,7 +251,7 @@ ACTIVE_SQL = "archived_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)
 
 
 def _quota_batch(
-    moment: datetime, quota: int, agent_id: int | None, batch_size: int
+    moment: datetime, quota: int, agent_ids: list[int] | None, batch_size: int
 ) -> tuple[int, list[int]]:
     params: dict[str, Any] = {
         "now": moment,
@@ -250,7 +259,7 @@ def _quota_batch(
         "week": SECONDS_PER_WEEK,
         "quota": quota,
         "batch": batch_size,
-        "agent": agent_id,
+        "agents": agent_ids,
     }
     with transaction.atomic(), connection.cursor() as cursor:
         ids = _claim(
@@ -260,7 +269,7 @@ def _quota_batch(
                 SELECT agent_id, count(*) - %(quota)s AS excess FROM memory_memory
                 WHERE archived_at IS NULL
                   AND (expires_at IS NULL OR expires_at > %(now)s)
-                  AND (%(agent)s::bigint IS NULL OR agent_id = %(agent)s::bigint)
+                  AND (%(agents)s::bigint[] IS NULL OR agent_id = ANY(%(agents)s::bigint[]))
                 GROUP BY agent_id HAVING count(*) > %(quota)s
             ),
             ranked AS (
