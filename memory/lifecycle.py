@@ -10,7 +10,7 @@ The ``*_sweep`` generators run them over the whole table batch by batch for the 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -76,11 +76,19 @@ def memories_decay_sweep(*, now: datetime | None = None, batch_size: int = 5000)
     Keyset-paginated by id: each batch scans on from where the last one stopped instead of from
     the start again past the rows it archived, so a sweep reads the table once.
     """
-    moment = now or timezone.now()
+    return _keyset_sweep(_decay_batch, now or timezone.now(), batch_size)
+
+
+def _keyset_sweep(
+    batch: Callable[[datetime, int, int], tuple[int, list[int]]],
+    moment: datetime,
+    batch_size: int,
+) -> Iterator[Batch]:
+    """Batches after the last id the previous batch claimed, until one claims fewer than a batch."""
     after = 0
     while True:
-        archived, claimed = _decay_batch(moment, after, batch_size)
-        yield Batch(rows=archived, more=len(claimed) == batch_size)
+        touched, claimed = batch(moment, after, batch_size)
+        yield Batch(rows=touched, more=len(claimed) == batch_size)
         if len(claimed) < batch_size:
             return
         after = claimed[-1]
@@ -137,14 +145,7 @@ def memories_expire_sweep(
     *, now: datetime | None = None, batch_size: int = 5000
 ) -> Iterator[Batch]:
     """``memories_expire`` over the whole table, keyset-paginated by id like the decay sweep."""
-    moment = now or timezone.now()
-    after = 0
-    while True:
-        deleted, claimed = _expire_batch(moment, after, batch_size)
-        yield Batch(rows=deleted, more=len(claimed) == batch_size)
-        if len(claimed) < batch_size:
-            return
-        after = claimed[-1]
+    return _keyset_sweep(_expire_batch, now or timezone.now(), batch_size)
 
 
 def _expire_batch(moment: datetime, after: int, batch_size: int) -> tuple[int, list[int]]:
