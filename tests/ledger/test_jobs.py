@@ -10,7 +10,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from config.health import worker_heartbeat_record
 from ledger.jobs import JOBS, Batch, JobFailed, job_progress, job_run, job_schedules_ensure
-from ledger.models import JobRun, Role
+from ledger.models import Event, JobRun, Role
 
 
 def counted(*sizes: int) -> Iterator[Batch]:
@@ -217,3 +217,42 @@ def test_every_tenants_admin_sees_the_same_global_status(tenant, other_tenant, a
     decay = next(job for job in mine["results"] if job["name"] == "memory.decay")
     assert decay["last_runs"][0]["error"] == "RuntimeError"
     assert "details" not in decay["last_runs"][0]
+
+
+@pytest.mark.django_db
+def test_a_broken_chain_fails_the_verification_run_without_naming_the_tenant(tenant, other_tenant):
+    from ledger.tasks import event_chains_verify_task
+    from tests.ledger.test_chain import append_n, tamper
+
+    append_n(tenant, 3)
+    events = append_n(other_tenant, 3)
+    tamper(
+        "UPDATE ledger_event SET payload = %s::jsonb WHERE id = %s",
+        ['{"text": "forged"}', events[1].pk],
+    )
+
+    event_chains_verify_task.apply()
+
+    run = JobRun.objects.get(job="ledger.chain_verify")
+    assert run.status == "failed"
+    assert run.error == "1 hash chain(s) broken"
+    assert run.details["done"] is True
+    assert [(b["tenant_id"], b["seq"]) for b in run.details["broken"]] == [
+        (other_tenant.pk, events[1].seq)
+    ]
+
+
+@pytest.mark.django_db
+def test_sound_chains_pass_and_the_next_run_starts_over(tenant, other_tenant):
+    from ledger.tasks import event_chains_verify_task
+    from tests.ledger.test_chain import append_n
+
+    append_n(tenant, 3)
+    append_n(other_tenant, 2)
+
+    event_chains_verify_task.apply()
+    event_chains_verify_task.apply()
+
+    runs = list(JobRun.objects.order_by("pk").values_list("status", "rows_touched"))
+    checked = Event.objects.count()  # every event of every chain, the tenants' own included
+    assert runs == [("succeeded", checked), ("succeeded", checked)]
