@@ -16,7 +16,7 @@ RUN pip install .
 
 COPY . .
 
-# /data is the app-data volume: static files, the generated secret key, beat's schedule file.
+# /data is the app-data volume: static files and the generated secret key.
 # A fresh named volume takes this folder's owner, so the app user can write to it.
 RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin app \
     && mkdir -p /data \

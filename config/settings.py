@@ -142,7 +142,6 @@ CELERY_RESULT_EXPIRES = 24 * 3600
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat reads its schedule from the database (django-celery-beat), so admins change job intervals
 # in the Django admin without a deploy; CELERY_BEAT_SCHEDULE below is synced into it at start.
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
