@@ -156,15 +156,14 @@ JOB_HARD_TIME_LIMIT_SECONDS = JOB_TIME_BUDGET_SECONDS + 120
 WORKER_HEARTBEAT_INTERVAL_SECONDS = env_int("WORKER_HEARTBEAT_INTERVAL_SECONDS", 15)
 # /healthz calls the worker unhealthy when its last heartbeat task ran longer ago than this.
 WORKER_HEARTBEAT_MAX_AGE_SECONDS = env_int("WORKER_HEARTBEAT_MAX_AGE_SECONDS", 60)
+# Only the heartbeat lives here (beat copies it into the database at start, overwriting edits);
+# the background jobs' schedules are seeded into the database by ledger/jobs.py, editable there.
 CELERY_BEAT_SCHEDULE = {
     "worker-heartbeat": {
         "task": "config.tasks.worker_heartbeat",
         "schedule": float(WORKER_HEARTBEAT_INTERVAL_SECONDS),
-        "options": {"expires": float(WORKER_HEARTBEAT_INTERVAL_SECONDS)},
-    },
-    "idempotency-records-expire": {
-        "task": "ledger.tasks.idempotency_records_expire",
-        "schedule": 3600.0,
+        # django-celery-beat's name for the option that makes a queued heartbeat expire.
+        "options": {"expire_seconds": WORKER_HEARTBEAT_INTERVAL_SECONDS},
     },
 }
 

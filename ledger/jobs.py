@@ -27,7 +27,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -54,6 +54,7 @@ JOB_TASK_OPTIONS: dict[str, Any] = {
 # A job that failed (or died) in each of its last this-many runs is unhealthy in /healthz.
 UNHEALTHY_AFTER_FAILURES = 3
 LAST_RUNS_SHOWN = 5
+RUNS_KEPT_DAYS = 30
 
 
 class Batch(NamedTuple):
@@ -175,7 +176,6 @@ class JobOutcome:
     rows: int = 0
     more: bool = False
     error: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _lock_key(name: str) -> str:
@@ -223,6 +223,10 @@ def job_run(
             finished_at=started,
             error="the worker stopped mid-run; a later run continues the work",
         )
+        # Runs are kept for a while, not forever: about 800 rows a day across the jobs.
+        JobRun.objects.filter(
+            job=name, started_at__lt=started - timedelta(days=RUNS_KEPT_DAYS)
+        ).delete()
         run = JobRun.objects.create(job=name, status=JobRun.Status.RUNNING, started_at=started)
         rows = 0
         more = False

@@ -33,6 +33,8 @@ from memory.services import (
 EMBEDDING_BACKFILL_BATCH = 256
 # Events looked at per reflection batch: the runs they touch are checked for due reflections.
 REFLECTION_EVENT_SPAN = 5000
+# Events before the last watermark looked at again: commits land slightly out of id order.
+REFLECTION_OVERLAP = 200
 
 
 @shared_task(
@@ -119,9 +121,16 @@ def _reflection_batches() -> Iterator[Batch]:
 
     The first run ever starts at the newest event: reflections become due automatically from the
     moment the jobs run, not retroactively for every past run (which could mean many LLM calls).
+    Later runs start ``REFLECTION_OVERLAP`` events before the watermark, because an event that
+    commits after a later-numbered one can land below it; checking a run again creates nothing.
     """
     top = int(Event.objects.aggregate(top=Max("id"))["top"] or 0)
-    start = int(job_progress(REFLECTIONS_JOB).get("after_event_id", top))
+    progress = job_progress(REFLECTIONS_JOB)
+    start = (
+        max(0, int(progress["after_event_id"]) - REFLECTION_OVERLAP)
+        if "after_event_id" in progress
+        else top
+    )
     if start >= top:
         yield Batch(rows=0, more=False, details={"after_event_id": top})
         return

@@ -14,8 +14,10 @@ WINDOWS_JOB = "trust.windows"
 
 
 def _regret_batches() -> Iterator[Batch]:
-    # The service already works tenant by tenant in committed batches until nothing is left.
-    yield Batch(rows=overrides_infer_regret(batch_size=settings.JOB_BATCH_SIZE), more=False)
+    # The service already works tenant by tenant in committed batches until nothing is left, with
+    # its own batch size: each batch recomputes the touched agents' trust, so its batches are
+    # larger than JOB_BATCH_SIZE (see its docstring).
+    yield Batch(rows=overrides_infer_regret(), more=False)
 
 
 @shared_task(name="trust.tasks.overrides_infer_regret", **JOB_TASK_OPTIONS)

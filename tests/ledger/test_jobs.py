@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from config.health import worker_heartbeat_record
@@ -68,12 +70,33 @@ def test_a_job_failure_keeps_its_message_and_details_apart():
 
 @pytest.mark.django_db
 def test_a_run_left_running_by_a_dead_worker_is_marked_abandoned():
-    JobRun.objects.create(job="memory.quota", status="running", started_at="2026-01-01T00:00Z")
+    JobRun.objects.create(
+        job="memory.quota", status="running", started_at=timezone.now() - timedelta(hours=1)
+    )
 
     job_run(name="memory.quota", batches=lambda: counted(0))
 
     statuses = list(JobRun.objects.order_by("pk").values_list("status", flat=True))
     assert statuses == ["abandoned", "succeeded"]
+
+
+@pytest.mark.django_db
+def test_runs_older_than_thirty_days_are_deleted_when_the_job_runs_again():
+    now = timezone.now()
+    old = JobRun.objects.create(
+        job="memory.decay", status="succeeded", started_at=now - timedelta(days=31)
+    )
+    recent = JobRun.objects.create(
+        job="memory.decay", status="succeeded", started_at=now - timedelta(days=29)
+    )
+    other_job = JobRun.objects.create(
+        job="memory.ttl", status="succeeded", started_at=now - timedelta(days=31)
+    )
+
+    job_run(name="memory.decay", batches=lambda: counted(0))
+
+    assert not JobRun.objects.filter(pk=old.pk).exists()
+    assert JobRun.objects.filter(pk__in=[recent.pk, other_job.pk]).count() == 2
 
 
 @pytest.mark.django_db

@@ -39,7 +39,9 @@ from memory.tasks import (
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
 
-KILL_QUEUE = "jobs-kill-test"
+# A queue of this test run's own, so a message left unacknowledged by an earlier run's killed
+# worker (Redis redelivers those after an hour) never reaches this one.
+KILL_QUEUE = f"jobs-kill-test-{os.getpid()}"
 
 
 @pytest.fixture
