@@ -449,10 +449,12 @@ def exact_neighbours(conn: Any, sql: str, params: dict[str, Any]) -> Neighbours:
     return with_distances(conn, ids, params["vector"])
 
 
-def with_distances(conn: Any, ids: Sequence[int], vector: Sequence[float]) -> Neighbours:
+def with_distances(conn: Any, ids: Sequence[int], vector: Sequence[float] | str) -> Neighbours:
+    """``vector`` as floats, or already in pgvector's text form (as the service binds it)."""
+    literal = vector if isinstance(vector, str) else "[" + ",".join(map(str, vector)) + "]"
     rows = conn.execute(
         "SELECT id, embedding <=> %s::vector FROM memory_memory WHERE id = ANY(%s)",
-        [list(vector), list(ids)],
+        [literal, list(ids)],
     ).fetchall()
     distance = {int(r[0]): float(r[1]) for r in rows}
     return [(i, distance[i]) for i in ids]
