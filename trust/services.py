@@ -30,6 +30,7 @@ from trust.models import (
     Override,
     Round,
     RoundParticipant,
+    RubricVersion,
     TrustScoreChange,
 )
 from trust.scoring import Depth, dissent_depth, text_hash, trust_score
@@ -102,12 +103,15 @@ def trust_recompute(
     agent_ids: Sequence[int] | None = None,
     reason: str,
     now: datetime | None = None,
+    preceded_by: Sequence[EventDraft] = (),
 ) -> int:
     """Recompute scores (all of the tenant's agents by default); record the ones that changed.
 
     One evidence query for all agents, one bulk insert of history rows, one batch of
     ``trust.score_changed`` events and one UPDATE of the agents, so a tenant-wide recompute does
-    not cost a query per agent. Returns how many scores changed.
+    not cost a query per agent. ``preceded_by`` are the caller's events, appended in the same
+    batch just before the score changes (one chain append instead of two). Returns how many
+    scores changed.
     """
     moment = now or timezone.now()
     with transaction.atomic():
@@ -138,17 +142,21 @@ def trust_recompute(
                 )
             )
         if not changes:
+            events_append(tenant=tenant, drafts=list(preceded_by))
             return 0
         changes = TrustScoreChange.objects.bulk_create(changes)
         events_append(
             tenant=tenant,
             drafts=[
-                EventDraft(
-                    kind="trust.score_changed",
-                    actor=SYSTEM_ACTOR,
-                    payload=score_changed_payload(change, previous[change.agent_id]),
-                )
-                for change in changes
+                *preceded_by,
+                *(
+                    EventDraft(
+                        kind="trust.score_changed",
+                        actor=SYSTEM_ACTOR,
+                        payload=score_changed_payload(change, previous[change.agent_id]),
+                    )
+                    for change in changes
+                ),
             ],
         )
         _agents_set_scores(
@@ -474,7 +482,12 @@ def dissent_log(
     vectors, model = embed_or_none([text])
     with transaction.atomic():
         tenant_write_lock(agent.tenant)
-        rubric = selectors.rubric_current(tenant=agent.tenant)
+        rubric_version = (
+            RubricVersion.objects.filter(tenant=agent.tenant)
+            .order_by("-number")
+            .values_list("number", flat=True)
+            .first()
+        )
         similarity = None
         if vectors is not None:
             similarity = selectors.dissent_max_similarity(agent=agent, vector=vectors[0])
@@ -488,7 +501,7 @@ def dissent_log(
             context=context or {},
             text=text,
             rubric_citations=citations,
-            rubric_version=rubric.number if rubric else None,
+            rubric_version=rubric_version,
             **_depth_fields(depth, novelty_known=vectors is not None),
         )
         if vectors is not None:
@@ -499,15 +512,19 @@ def dissent_log(
                 embedding=vectors[0],
                 model=model,
             )
-        event_append(
-            tenant=agent.tenant,
-            kind="dissent.logged",
-            actor=actor,
-            round_id=round_id,
-            payload=dissent_logged_payload(dissent),
-        )
         trust_recompute(
-            tenant=agent.tenant, agent_ids=[agent.pk], reason="dissent_logged", now=moment
+            tenant=agent.tenant,
+            agent_ids=[agent.pk],
+            reason="dissent_logged",
+            now=moment,
+            preceded_by=[
+                EventDraft(
+                    kind="dissent.logged",
+                    actor=actor,
+                    round_id=round_id,
+                    payload=dissent_logged_payload(dissent),
+                )
+            ],
         )
         governance.gaming_check(agent=agent, now=moment)
     return dissent
