@@ -176,7 +176,8 @@ def gaming_check(*, agent: Agent, now: datetime | None = None) -> GamingFlag | N
     or None (too few dissents, diverse enough, trust too low, or a flag already waits).
     """
     moment = now or timezone.now()
-    with transaction.atomic():
+    # Inside a caller's transaction no savepoint: a failure here fails the caller anyway.
+    with transaction.atomic(savepoint=False):
         tenant_write_lock(agent.tenant)
         # Cheapest test first: most agents are not trusted enough for a flag to matter.
         trust = Agent.objects.filter(pk=agent.pk).values_list("trust_score", flat=True).get()

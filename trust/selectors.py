@@ -18,10 +18,10 @@ from trust.scoring import PRIOR, TrustEvidence
 
 WINDOW_MIN_EVENTS = 5  # below this many events in the window, a ratio uses all history
 DEPTH_WINDOW = 100  # avg_depth is over the agent's last 100 dissents
-# HNSW candidate list for the nearest earlier dissent, in strict order: bench/trust_bench.py
-# (10,000 of the agent's among 110,000) finds it exactly for 200 of 200 dissents at 100 as at
-# 400, in 2.3 ms instead of 9.2 (median).
-NOVELTY_EF_SEARCH = 100
+# HNSW candidate list for the nearest earlier dissent, in strict order. bench/trust_bench.py
+# (10,000 of the agent's dissents among 110,000) found it exactly for 200 of 200 dissents at 200
+# and at 400 (9 ms), but missed one at 100 (by 0.59): 200 is the smallest exact list measured.
+NOVELTY_EF_SEARCH = 200
 
 # One statement for any number of agents: the per-agent aggregates run on the
 # (tenant, agent, occurred_at) indexes, so one agent costs one index range, and a bulk recompute

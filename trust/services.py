@@ -114,7 +114,8 @@ def trust_recompute(
     scores changed.
     """
     moment = now or timezone.now()
-    with transaction.atomic():
+    # Inside a caller's transaction no savepoint: a failure here fails the caller anyway.
+    with transaction.atomic(savepoint=False):
         tenant_write_lock(tenant)
         evidence = selectors.trust_evidence(tenant=tenant, agent_ids=agent_ids, now=moment)
         current = dict(
