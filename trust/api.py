@@ -335,17 +335,8 @@ class TrustViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
         names = serializer.validated_data.get("agents")
         agent_ids = None
         if names is not None:
-            found = dict(
-                Agent.objects.filter(tenant=self.tenant, name__in=names).values_list("name", "pk")
-            )
-            unknown = [name for name in names if name not in found]
-            if unknown:
-                raise ApiError(
-                    code="unknown_agent",
-                    message=f"No agent named {', '.join(map(repr, unknown))} in this tenant.",
-                    details={"unknown": unknown},
-                )
-            agent_ids = list(found.values())
+            found = selectors.agents_named(tenant=self.tenant, names=names)
+            agent_ids = [agent.pk for agent in found.values()]
         changed = services.trust_recompute(
             tenant=self.tenant, agent_ids=agent_ids, reason="recomputed"
         )

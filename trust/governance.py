@@ -32,7 +32,7 @@ from trust.models import (
     RubricVersion,
 )
 from trust.scoring import PRIOR, citation_entropy
-from trust.selectors import agent_on_probation, rubric_current
+from trust.selectors import agent_on_probation, agents_named, rubric_current
 
 DEVILS_ADVOCATE_PICKED = "trust.devils_advocate_picked"
 GAMING_EVENT_KINDS = frozenset({"gaming.flagged", "gaming.flag_reviewed"})
@@ -57,23 +57,6 @@ class DevilsAdvocatePick:
     seed: int
     fallback: bool
     event_seq: int
-
-
-def unknown_agents(names: Sequence[str]) -> ApiError:
-    return ApiError(
-        code="unknown_agent",
-        message=f"No agent of this tenant is named {', '.join(names)}.",
-        details={"unknown": list(names)},
-    )
-
-
-def agents_named(*, tenant: Tenant, names: Sequence[str]) -> dict[str, Agent]:
-    """The tenant's agents by name; 400 ``unknown_agent`` listing the names that are none."""
-    agents = {agent.name: agent for agent in Agent.objects.filter(tenant=tenant, name__in=names)}
-    unknown = [name for name in names if name not in agents]
-    if unknown:
-        raise unknown_agents(unknown)
-    return agents
 
 
 def _valid_seed(seed: object) -> int:

@@ -25,14 +25,12 @@ from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
 from trust.governance import (
-    agents_named,
     devils_advocate_pick,
     gaming_flag_review,
     rubric_proposal_decide,
     rubric_proposal_open,
     rubric_version_create,
     trust_metrics,
-    unknown_agents,
 )
 from trust.governance_serializers import (
     DevilsAdvocatePickSerializer,
@@ -48,7 +46,7 @@ from trust.governance_serializers import (
     TrustMetricsSerializer,
 )
 from trust.models import GamingFlag, Override, RubricProposal, RubricVersion
-from trust.selectors import rubric_current
+from trust.selectors import agents_named, rubric_current, unknown_agents
 
 
 def status_filtered(

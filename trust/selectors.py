@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.api import ApiError
 from ledger.models import Agent, Tenant
 from memory.selectors import vector_literal
 from trust.models import Dissent, Override, RubricVersion, TrustScoreChange
@@ -126,6 +127,23 @@ def trust_evidence(
             overrides_window=override_window,
         )
     return evidence
+
+
+def unknown_agents(names: Sequence[str]) -> ApiError:
+    return ApiError(
+        code="unknown_agent",
+        message=f"No agent of this tenant is named {', '.join(names)}.",
+        details={"unknown": list(names)},
+    )
+
+
+def agents_named(*, tenant: Tenant, names: Sequence[str]) -> dict[str, Agent]:
+    """The tenant's agents by name; 400 ``unknown_agent`` listing the names that are none."""
+    agents = {agent.name: agent for agent in Agent.objects.filter(tenant=tenant, name__in=names)}
+    unknown = [name for name in names if name not in agents]
+    if unknown:
+        raise unknown_agents(unknown)
+    return agents
 
 
 def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | None:

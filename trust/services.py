@@ -210,14 +210,7 @@ def rounds_post(
     names = list(dict.fromkeys(participants))
     with transaction.atomic():
         tenant_write_lock(tenant)
-        agents = {a.name: a for a in Agent.objects.filter(tenant=tenant, name__in=names)}
-        unknown = [name for name in names if name not in agents]
-        if unknown:
-            raise ApiError(
-                code="unknown_agent",
-                message=f"No agent named {', '.join(repr(n) for n in unknown)} in this tenant.",
-                details={"unknown": unknown},
-            )
+        agents = selectors.agents_named(tenant=tenant, names=names)
         round_ = Round.objects.select_for_update().filter(tenant=tenant, round_id=round_id).first()
         created = round_ is None
         if round_ is None:
