@@ -1,0 +1,9 @@
+"""The jobs page (each periodic job's last runs and next due time)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern
+
+app_name = "jobs"
+
+urlpatterns: list[URLPattern] = []

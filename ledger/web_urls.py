@@ -1,0 +1,9 @@
+"""The ledger app's pages (server-rendered, HTMX partials)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern
+
+app_name = "ledger"
+
+urlpatterns: list[URLPattern] = []
