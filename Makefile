@@ -5,16 +5,18 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+# npm ci writes node_modules/.package-lock.json: the dashboards' browser assets (Chart.js).
+NODE_INSTALLED := node_modules/.package-lock.json
 
 .PHONY: up demo test lint typecheck check setup
 
-up: $(INSTALLED)
+up: $(INSTALLED) $(NODE_INSTALLED)
 	exec $(BIN)/python manage.py up $(ARGS)
 
-demo: $(INSTALLED)
+demo: $(INSTALLED) $(NODE_INSTALLED)
 	exec $(BIN)/python manage.py up --demo $(ARGS)
 
-test: $(INSTALLED)
+test: $(INSTALLED) $(NODE_INSTALLED)
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(INSTALLED)
@@ -26,7 +28,7 @@ typecheck: $(INSTALLED)
 
 check: lint typecheck test
 
-setup: $(INSTALLED)
+setup: $(INSTALLED) $(NODE_INSTALLED)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,4 +36,8 @@ $(BIN)/python:
 $(INSTALLED): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $@
+
+$(NODE_INSTALLED): package.json package-lock.json
+	npm ci --no-audit --no-fund
 	touch $@

@@ -236,7 +236,12 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# Third-party browser assets come from npm (package-lock.json, `npm ci` in `make setup`) and are
+# served from node_modules under their own prefix, never copied into the repository.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+]
 STATIC_ROOT = DATA_DIR / "static"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
