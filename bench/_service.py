@@ -106,13 +106,18 @@ class Stack:
         """A fresh tenant and an admin API key for it, made through the services."""
         return self.tenant_with_admin_key(slug=slug)[1]
 
-    def tenant_with_admin_key(self, *, slug: str = "bench") -> tuple[Any, str]:
+    def admin_key_for(self, tenant: Any) -> str:
         from ledger.models import Role
-        from ledger.services import api_key_create, tenant_create
+        from ledger.services import api_key_create
+
+        _, raw = api_key_create(tenant=tenant, name="bench", role=Role.ADMIN, actor="system")
+        return raw
+
+    def tenant_with_admin_key(self, *, slug: str = "bench") -> tuple[Any, str]:
+        from ledger.services import tenant_create
 
         tenant = tenant_create(name=slug, slug=f"{slug}-{uuid.uuid4().hex[:8]}")
-        _, raw = api_key_create(tenant=tenant, name="bench", role=Role.ADMIN, actor="system")
-        return tenant, raw
+        return tenant, self.admin_key_for(tenant)
 
 
 def free_port() -> int:

@@ -501,17 +501,18 @@ def recall_of_selector(
     """memories_nearest against the same SQL without the index: recall, latency (ms) and the
     exact answers (for the ef_search sweep)."""
     from ledger.models import Agent
-    from memory.selectors import NEAREST_SQL, memories_nearest
+    from memory.selectors import NEAREST_SQL, memories_nearest, semantic_order
 
     agents = {q.agent.id: Agent.objects.get(pk=q.agent.id) for q in queries}
     result = Recall([], [])
     latency: list[float] = []
     exact_answers = []
+    exact_sql = NEAREST_SQL.format(order=semantic_order(exact=True))
     for q in queries:
         started = time.perf_counter()
         found = memories_nearest(agent=agents[q.agent.id], vector=q.vector, k=K)
         latency.append((time.perf_counter() - started) * 1000)
-        exact = exact_neighbours(conn, NEAREST_SQL, nearest_params(q, tenant_id))
+        exact = exact_neighbours(conn, exact_sql, nearest_params(q, tenant_id))
         exact_answers.append(exact)
         strict, tolerant = recall_of(found, exact)
         result.strict.append(strict)
@@ -522,13 +523,13 @@ def recall_of_selector(
 def ef_search_sweep(
     queries: Sequence[Query], exact: Sequence[Neighbours], tenant_id: int
 ) -> list[tuple[str, Recall, list[float]]]:
-    """The selector's SQL at other hnsw.ef_search values (it uses max(HNSW_EF_SEARCH, 2k)),
-    through Django's connection like the selector (client-side parameters: the planner sees the
-    values, which decides between the HNSW index and an exact scan of the agent's rows)."""
+    """The selector's index path at hnsw.ef_search values (the baseline of the exact scan that
+    small agents get), through Django's connection like the selector."""
     from django.db import connection, transaction
 
-    from memory.selectors import NEAREST_SQL
+    from memory.selectors import NEAREST_SQL, semantic_order
 
+    index_sql = NEAREST_SQL.format(order=semantic_order(exact=False))
     rows = []
     for ef in EF_SEARCH_SWEEP:
         result = Recall([], [])
@@ -541,7 +542,7 @@ def ef_search_sweep(
                     [str(ef)],
                 )
                 started = time.perf_counter()
-                cursor.execute(NEAREST_SQL, nearest_params(q, tenant_id))
+                cursor.execute(index_sql, nearest_params(q, tenant_id))
                 found = [(int(i), float(d)) for i, d in cursor.fetchall()]
                 latency.append((time.perf_counter() - started) * 1000)
             strict, tolerant = recall_of(found, answer)
@@ -564,13 +565,20 @@ def hnsw_share(sql: str, queries: Sequence[Query], params_of: Callable[[Query], 
     return f"HNSW index in {used} of {len(queries)} plans"
 
 
-def dense_leg_sql(filters: Any) -> str:
+def filtered_where(filters: Any) -> str:
     from memory import search
 
-    where = search.ACTIVE_MEMORY + "".join(
+    return search.ACTIVE_MEMORY + "".join(
         clause for name, clause in search.FILTER_SQL.items() if getattr(filters, name)
     )
-    return search.DENSE_LEG.format(where=where)
+
+
+def dense_leg_sql(filters: Any, agent_memories: int) -> str:
+    """The search's semantic leg as the service builds it for an agent of this size."""
+    from memory import search
+
+    exact = search.semantic_scan_is_exact(agent_memories, filters)
+    return search.dense_leg_sql(filtered_where(filters), exact=exact)
 
 
 def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Recall:
@@ -581,7 +589,7 @@ def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Re
     from ledger.models import Agent
     from memory import search
 
-    sql = dense_leg_sql(filters)
+    sql = dense_leg_sql(filters, queries[0].agent.count)
     result = Recall([], [])
     for q in queries:
         agent = Agent.objects.get(pk=q.agent.id)
@@ -643,12 +651,10 @@ def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
     from ledger.models import Agent
     from memory import search
 
-    where = search.ACTIVE_MEMORY + "".join(
-        clause for name, clause in search.FILTER_SQL.items() if getattr(filters, name)
-    )
+    where = filtered_where(filters)
     parts = {
         "statistics query": search.LEXEME_STATS_SQL,
-        "semantic leg": search.DENSE_LEG.format(where=where),
+        "semantic leg": dense_leg_sql(filters, queries[0].agent.count),
         "keyword leg": search.KEYWORD_LEG.format(where=where),
     }
     timings: dict[str, list[float]] = {name: [] for name in parts}
@@ -765,44 +771,35 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="print one query plan per case")
     parser.add_argument("--data-dir", type=Path, default=ROOT / "var" / "bench-memory-scale")
     parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure the data an earlier --keep run left in --data-dir, if its sizes match",
+    )
     args = parser.parse_args()  # fmt: skip
 
     say(
         f"{args.memories:,} memories of one agent + {args.agents} agents x {args.per_agent:,}; "
         f"load average {load_average()}; cpus {os.cpu_count()}"
     )
-    with service_stack(args.data_dir, workers=1, keep=args.keep) as stack:
+    with service_stack(args.data_dir, workers=1, keep=args.keep or args.reuse) as stack:
         run(stack, args)
     say(f"done; load average {load_average()}")
 
 
-def run(stack: Stack, args: argparse.Namespace) -> None:
+def load_dataset(
+    conn: Any, args: argparse.Namespace, tenant: Any, synthetic: Synthetic
+) -> list[AgentRows]:
+    """Agents, memories (COPY), keyword documents and the HNSW index, each step timed."""
     from ledger.services import agent_create
     from memory.embeddings import embedder_name
-    from memory.search import SearchFilters
 
-    tenant, key = stack.tenant_with_admin_key(slug="bench-scale")
-    conn = raw_connection()
-    check_copy_columns(conn)
-    server = conn.execute("SHOW server_version").fetchone()[0]
-    pgvector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-    say(f"PostgreSQL {server}, pgvector {pgvector.fetchone()[0]}")
     big = agent_create(tenant=tenant, name="scale-big", actor="system")
     agents = [AgentRows(big.pk, big.name, args.memories, "big-")]
     for number in range(args.agents):
         small = agent_create(tenant=tenant, name=f"scale-{number:03d}", actor="system")
         agents.append(AgentRows(small.pk, small.name, args.per_agent, f"a{number:03d}-"))
     total = sum(a.count for a in agents)
-
-    vocabulary = made_up_vocabulary(args.vocabulary * 2, args.seed)
-    # Keep only words PostgreSQL's english configuration indexes (no stop words, no empties).
-    kept = conn.execute(
-        "SELECT w FROM unnest(%s::text[]) WITH ORDINALITY AS v(w, n) "
-        "WHERE to_tsvector('english', w) <> ''::tsvector ORDER BY n",
-        [vocabulary],
-    ).fetchall()
-    vocabulary = [str(r[0]) for r in kept][: args.vocabulary]
-    synthetic = Synthetic(clusters=args.clusters, vocabulary=vocabulary, seed=args.seed)
 
     conn.execute("DROP INDEX IF EXISTS memory_embedding_hnsw")
     model = embedder_name()
@@ -849,6 +846,66 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
     )
     conn.execute("ANALYZE")
 
+    return agents
+
+
+def loaded_dataset(args: argparse.Namespace) -> tuple[Any, list[AgentRows]] | None:
+    """The tenant and agents of an earlier run kept in the data folder, when they hold the sizes
+    asked for (``--reuse``); None otherwise."""
+    from django.db.models import Count
+
+    from ledger.models import Agent, Tenant
+    from memory.models import Memory
+
+    tenant = Tenant.objects.filter(slug__startswith="bench-scale-").order_by("-pk").first()
+    if tenant is None:
+        return None
+    counts = dict(
+        Memory.objects.filter(tenant=tenant)
+        .values_list("agent__name")
+        .annotate(n=Count("id"))
+        .values_list("agent__name", "n")
+    )
+    wanted = [("scale-big", args.memories, "big-")] + [
+        (f"scale-{number:03d}", args.per_agent, f"a{number:03d}-") for number in range(args.agents)
+    ]
+    if any(counts.get(name) != count for name, count, _ in wanted) or len(counts) != len(wanted):
+        say(f"the kept data does not match the sizes asked for ({len(counts)} agents): loading")
+        return None
+    agents = {a.name: a for a in Agent.objects.filter(tenant=tenant)}
+    return tenant, [
+        AgentRows(agents[name].pk, name, count, prefix) for name, count, prefix in wanted
+    ]
+
+
+def run(stack: Stack, args: argparse.Namespace) -> None:
+    from memory.search import SearchFilters
+
+    conn = raw_connection()
+    check_copy_columns(conn)
+    server = conn.execute("SHOW server_version").fetchone()[0]
+    pgvector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    say(f"PostgreSQL {server}, pgvector {pgvector.fetchone()[0]}")
+    vocabulary = made_up_vocabulary(args.vocabulary * 2, args.seed)
+    # Keep only words PostgreSQL's english configuration indexes (no stop words, no empties).
+    kept = conn.execute(
+        "SELECT w FROM unnest(%s::text[]) WITH ORDINALITY AS v(w, n) "
+        "WHERE to_tsvector('english', w) <> ''::tsvector ORDER BY n",
+        [vocabulary],
+    ).fetchall()
+    vocabulary = [str(r[0]) for r in kept][: args.vocabulary]
+    synthetic = Synthetic(clusters=args.clusters, vocabulary=vocabulary, seed=args.seed)
+    loaded = loaded_dataset(args) if args.reuse else None
+    if loaded is not None:
+        tenant, agents = loaded
+        key = stack.admin_key_for(tenant)
+        say(f"reusing the {sum(a.count for a in agents):,} memories already in {args.data_dir}")
+    else:
+        tenant, key = stack.tenant_with_admin_key(slug="bench-scale")
+        agents = load_dataset(conn, args, tenant, synthetic)
+    # Queries around the same topics, drawn the same whether or not the data was loaded now.
+    synthetic.rng = np.random.default_rng(args.seed + 1)
+    total = sum(a.count for a in agents)
     queries_rng_vectors, query_clusters = synthetic.vectors(args.queries * 2)
     query_texts = synthetic.texts(query_clusters, 3, 6)
     big_queries = [
@@ -873,7 +930,7 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
     small_recall, nearest_small, small_exact = recall_of_selector(conn, small_queries, tenant.pk)
     flag_recall = recall_of_dense_leg(conn, big_queries, flagged)
     big_share = agents[0].count / total
-    from memory.selectors import NEAREST_SQL
+    from memory.selectors import nearest_sql
 
     def selector_params(q: Query) -> dict[str, Any]:
         return nearest_params(q, tenant.pk)
@@ -889,17 +946,19 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
             agent=agent, query=q.text, vector=q.vector, filters=flagged, now=timezone.now()
         )[1]
 
+    big_plans = hnsw_share(nearest_sql(agents[0].count), big_queries, selector_params)
+    small_plans = hnsw_share(nearest_sql(args.per_agent), small_queries, selector_params)
+    flag_plans = hnsw_share(dense_leg_sql(flagged, agents[0].count), big_queries, dense_params)
     print(
-        f"  memories_nearest, big agent ({big_share:.0%} of rows): {big_recall.line()}; "
-        f"{hnsw_share(NEAREST_SQL, big_queries, selector_params)}"
+        f"  memories_nearest, big agent ({big_share:.0%} of rows): {big_recall.line()}; {big_plans}"
     )
     print(
         f"  memories_nearest, one small agent (filter keeps {share_small:.1%} of rows): "
-        f"{small_recall.line()}; {hnsw_share(NEAREST_SQL, small_queries, selector_params)}"
+        f"{small_recall.line()}; {small_plans}"
     )
     print(
         f"  search's semantic leg, big agent + tag (keeps {FLAG_SHARE:.0%} of its rows): "
-        f"{flag_recall.line()}; {hnsw_share(dense_leg_sql(flagged), big_queries, dense_params)}"
+        f"{flag_recall.line()}; {flag_plans}"
     )
     print(f"  memories_nearest latency, big agent:   {spread(nearest_big)} ms")
     print(f"  memories_nearest latency, small agent: {spread(nearest_small)} ms")

@@ -33,7 +33,12 @@ from ledger.models import Agent, RecallSettings
 from memory import policies
 from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
 from memory.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
-from memory.selectors import HNSW_EF_SEARCH, vector_literal
+from memory.selectors import (
+    EXACT_SCAN_MAX_MEMORIES,
+    HNSW_EF_SEARCH,
+    semantic_order,
+    vector_literal,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +150,7 @@ FILTER_SQL = {
 }
 DENSE_LEG = """
     SELECT id FROM memory_memory WHERE {where} AND embedding IS NOT NULL
-    ORDER BY embedding <=> %(vector)s::vector LIMIT %(dense_k)s"""
+    ORDER BY {order} LIMIT %(dense_k)s"""
 KEYWORD_LEG = """
     SELECT id FROM memory_memory
     WHERE {where} AND search_vector @@ %(tsquery)s::tsquery LIMIT %(keyword_k)s"""
@@ -209,6 +214,17 @@ def bm25_idf(*, documents: int, df: int) -> float:
     return math.log(1 + (documents - df + 0.5) / (df + 0.5))
 
 
+def semantic_scan_is_exact(agent_memories: int, filters: SearchFilters) -> bool:
+    """Whether the semantic leg reads the agent's matching rows and sorts them (exact) rather
+    than asking the HNSW index (see memory.selectors.EXACT_SCAN_MAX_MEMORIES)."""
+    # A session holds a few dozen memories: read them, whatever the agent's size.
+    return agent_memories <= EXACT_SCAN_MAX_MEMORIES or filters.session_id is not None
+
+
+def dense_leg_sql(where: str, *, exact: bool) -> str:
+    return DENSE_LEG.format(where=where, order=semantic_order(exact=exact))
+
+
 def memory_candidates_query(
     *,
     agent: Agent,
@@ -261,8 +277,9 @@ def memory_candidates_query(
     for name, clause in FILTER_SQL.items():
         if getattr(filters, name):
             where += clause
+    dense = dense_leg_sql(where, exact=semantic_scan_is_exact(documents, filters))
     sql = MEMORY_CANDIDATES_SQL.format(
-        dense=DENSE_LEG.format(where=where) if vector is not None else NO_ROWS,
+        dense=dense if vector is not None else NO_ROWS,
         keyword=KEYWORD_LEG.format(where=where) if fetching else NO_ROWS,
         # Unqualified columns in it resolve to the memory: no other relation has them.
         effective_importance=EFFECTIVE_IMPORTANCE_SQL,

@@ -5,15 +5,47 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ledger.models import Agent
+from memory.models import Memory
 
 # HNSW's candidate list while scanning. Filters (agent, tags, expiry) reject most of what the
 # index offers; a wider list keeps recall@10 against exact search above 0.95 when they remove
 # 90 % of the rows (bench/memory_scale.py: 0.85 at 40, 0.93 at 200, 0.97 at 400).
 HNSW_EF_SEARCH = 400
+
+# An agent with at most this many memories is searched by an exact scan of its own rows, not by
+# the shared HNSW index. The index is one graph over every agent's vectors: when the agent owns
+# a small share of them, an iterative scan walks most of the graph to collect its rows (138 ms
+# for 10,000 of 400,000 rows, and it stops at hnsw.max_scan_tuples before a 0.5 % share is
+# found), while reading 10,000 rows through the agent's B-tree and sorting them by distance is
+# exact and takes a few milliseconds (bench/memory_scale.py prints both).
+EXACT_SCAN_MAX_MEMORIES = 20_000
+
+
+def semantic_order(*, exact: bool) -> str:
+    """The ORDER BY expression of a nearest-memories query.
+
+    ``+ 0`` makes it an expression the HNSW index cannot serve, so the planner reads the rows
+    that pass the filters through a B-tree and sorts them: an exact scan.
+    """
+    distance = "embedding <=> %(vector)s::vector"
+    return f"({distance}) + 0" if exact else distance
+
+
+def agent_memory_count(agent: Agent) -> int:
+    """The agent's keyword documents (every stored memory has one): its BM25 N, kept by a
+    trigger, so reading it costs one primary-key lookup, not a count."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT documents FROM memory_memorysearchtotals WHERE agent_id = %s", [agent.pk]
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 def vector_literal(vector: Sequence[float]) -> str:
@@ -33,9 +65,14 @@ WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
   AND embedding IS NOT NULL
   AND archived_at IS NULL
   AND (expires_at IS NULL OR expires_at > %(now)s)
-ORDER BY embedding <=> %(vector)s::vector
+ORDER BY {order}
 LIMIT %(k)s
 """
+
+
+def nearest_sql(agent_memories: int) -> str:
+    """NEAREST_SQL as memories_nearest runs it for an agent with this many memories."""
+    return NEAREST_SQL.format(order=semantic_order(exact=agent_memories <= EXACT_SCAN_MAX_MEMORIES))
 
 
 def memories_nearest(
@@ -43,18 +80,20 @@ def memories_nearest(
 ) -> list[tuple[int, float]]:
     """The ``k`` active memories of the agent nearest to ``vector``: (id, cosine distance).
 
-    Served by the HNSW index with pgvector's iterative scans (0.8+), so the agent, expiry and
-    archive filters never starve the result: the index keeps scanning until it has ``k`` rows
-    that pass them, in exact distance order (``strict_order``).
+    An agent with few memories is an exact scan of its rows. Otherwise the HNSW index serves
+    it with pgvector's iterative scans (0.8+), so the agent, expiry and archive filters never
+    starve the result: the index keeps scanning until it has ``k`` rows that pass them, in
+    exact distance order (``strict_order``).
     """
     moment = now or timezone.now()
+    sql = nearest_sql(agent_memory_count(agent))
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
         cursor.execute(
             "SELECT set_config('hnsw.ef_search', %s, true)", [str(max(HNSW_EF_SEARCH, 2 * k))]
         )
         cursor.execute(
-            NEAREST_SQL,
+            sql,
             {
                 "vector": vector_literal(vector),
                 "tenant": agent.tenant_id,
@@ -64,3 +103,33 @@ def memories_nearest(
             },
         )
         return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]
+
+
+INACTIVE_LISTED = 50
+
+
+def memories_inactive(
+    *,
+    agent: Agent,
+    query: str = "",
+    memory_type: str = "",
+    limit: int = INACTIVE_LISTED,
+    now: datetime | None = None,
+) -> list[Memory]:
+    """The agent's archived or expired memories, newest first: the ones search never returns.
+
+    Read through the (tenant, agent, created_at) index; the rows skipped on the way are the
+    agent's active memories, which the quota keeps bounded. ``query`` matches words the way the
+    keyword leg of search does (the memory and its session neighbours).
+    """
+    moment = now or timezone.now()
+    memories = Memory.objects.filter(tenant_id=agent.tenant_id, agent=agent).filter(
+        Q(archived_at__isnull=False) | Q(expires_at__lte=moment)
+    )
+    if memory_type:
+        memories = memories.filter(memory_type=memory_type)
+    if query.strip():
+        memories = memories.filter(
+            search_vector=SearchQuery(query, config="english", search_type="websearch")
+        )
+    return list(memories.defer("embedding", "search_vector").order_by("-created_at", "-id")[:limit])
