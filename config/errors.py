@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views import defaults
 
 from config.api import api_not_found, api_server_error
+from config.outage import outage_response
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -15,6 +16,10 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    # A database or Redis failure raised outside a view (sessions, auth middleware) lands here.
+    unavailable = outage_response(request)
+    if unavailable is not None:
+        return unavailable
     if request.path.startswith("/api/"):
         return api_server_error(request)
     return defaults.server_error(request)

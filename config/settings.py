@@ -71,6 +71,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.security.ContentSecurityPolicyMiddleware",
+    "config.outage.DependencyOutageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.middleware.ApiBodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -183,7 +185,26 @@ SECURE_COOKIES = env_bool("SECURE_COOKIES", default=False)
 SESSION_COOKIE_SECURE = SECURE_COOKIES
 CSRF_COOKIE_SECURE = SECURE_COOKIES
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# HSTS is opt-in: once a browser has seen it, the site is HTTPS-only for that long.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=False)
+# /healthz stays on plain HTTP for container and load-balancer probes.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients).
+if env_bool("TRUST_X_FORWARDED_PROTO", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Swagger UI's page gets a Content-Security-Policy of its own (config.security).
+API_DOCS_PATH = "/api/docs/"
+
+# Rate limits (config.ratelimit), counted in Redis; 0 switches a limit off.
+API_RATE_LIMIT = env_int("API_RATE_LIMIT", 1200)
+API_RATE_LIMIT_WINDOW_SECONDS = env_int("API_RATE_LIMIT_WINDOW_SECONDS", 60)
+LOGIN_RATE_LIMIT = env_int("LOGIN_RATE_LIMIT", 10)
+LOGIN_RATE_LIMIT_WINDOW_SECONDS = env_int("LOGIN_RATE_LIMIT_WINDOW_SECONDS", 300)
 
 # --- API --------------------------------------------------------------------------------------
 # Bodies above this are refused with 413 before they are read.
@@ -194,6 +215,7 @@ API_KEY_LAST_USED_RESOLUTION_SECONDS = 60
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["ledger.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["ledger.permissions.HasRequiredRole"],
+    "DEFAULT_THROTTLE_CLASSES": ["config.ratelimit.ApiKeyRateThrottle"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "config.api.CursorPagination",
@@ -217,6 +239,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two choice sets share the field name "role"; named here so the schema's enum names are
+    # stable (and `check --deploy --fail-level WARNING` has nothing to warn about).
+    "ENUM_NAME_OVERRIDES": {
+        "ApiKeyRoleEnum": "ledger.models.Role",
+        "MemoryRoleEnum": "memory.models.MemoryRole",
+    },
 }
 
 # --- Embeddings (used by the memory app) ------------------------------------------------------
@@ -252,7 +280,15 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # API keys, passwords and Authorization headers are redacted from every record.
+    "filters": {"secrets": {"()": "config.security.SecretRedactingFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["secrets"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -46,6 +46,15 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
         cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    """Every test starts with empty rate-limit windows: counters live in Redis, not in the test
+    database, so they would otherwise carry over from earlier tests (and earlier runs)."""
+    from config.ratelimit import rate_limits_clear
+
+    rate_limits_clear()
+
+
 @pytest.fixture(scope="session")
 def celery_worker() -> Iterator[Any]:
     """A real Celery worker (solo pool, in a thread of this process) on the test Redis.
