@@ -640,12 +640,12 @@ class AsyncClient(AsyncTransport):
             ),
         )
 
-    async def jobs_list(self) -> list[types.JobList]:
+    async def jobs_list(self) -> types.JobList:
         """Background jobs: schedule, last runs, next due time, health (admin).
 
         ``GET /api/v1/jobs/``
         """
-        return cast("list[types.JobList]", await self.request(Call("GET", "/jobs/")))
+        return cast("types.JobList", await self.request(Call("GET", "/jobs/")))
 
     async def kb_documents_list(
         self,

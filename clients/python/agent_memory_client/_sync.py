@@ -624,12 +624,12 @@ class Client(SyncTransport):
             ),
         )
 
-    def jobs_list(self) -> list[types.JobList]:
+    def jobs_list(self) -> types.JobList:
         """Background jobs: schedule, last runs, next due time, health (admin).
 
         ``GET /api/v1/jobs/``
         """
-        return cast("list[types.JobList]", self.request(Call("GET", "/jobs/")))
+        return cast("types.JobList", self.request(Call("GET", "/jobs/")))
 
     def kb_documents_list(
         self,

@@ -29,7 +29,10 @@ class ApiError(AgentMemoryError):
         details: dict[str, Any] | None = None,
         replayed: bool = False,
     ) -> None:
-        super().__init__(f"{status} {code}: {message}")
+        text = f"{status} {code}: {message}"
+        if details:
+            text += f" {details}"[:1000]
+        super().__init__(text)
         self.status = status
         self.code = code
         self.message = message
