@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -9,13 +10,32 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import (
+    Avg,
+    Count,
+    F,
+    FloatField,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from config.api import ApiError
-from ledger.models import Agent, Tenant
+from ledger.models import Agent, Event, Tenant
 from memory.selectors import vector_literal
-from trust.models import Dissent, Override, RubricVersion, TrustScoreChange
-from trust.scoring import PRIOR, TrustEvidence
+from trust.models import (
+    Dissent,
+    GamingFlag,
+    Override,
+    RubricProposal,
+    RubricVersion,
+    TrustScoreChange,
+)
+from trust.scoring import PRIOR, TrustBreakdown, TrustEvidence, citation_entropy, trust_score
 
 WINDOW_MIN_EVENTS = 5  # below this many events in the window, a ratio uses all history
 DEPTH_WINDOW = 100  # avg_depth is over the agent's last 100 dissents
@@ -250,3 +270,263 @@ def recent_dissents(*, agent: Agent, limit: int = 100) -> list[Dissent]:
 
 def recent_overrides(*, agent: Agent, limit: int = 100) -> list[Override]:
     return list(Override.objects.filter(agent=agent).order_by("-occurred_at", "-id")[:limit])
+
+
+# --- Dashboards (trust/views.py) ---------------------------------------------------------------
+
+OVERVIEW_SORTS: dict[str, tuple[Any, ...]] = {
+    "name": ("name", "id"),
+    "-name": ("-name", "-id"),
+    "trust": ("trust_score", "name"),
+    "-trust": ("-trust_score", "name"),
+    "flags": ("open_flags", "name"),
+    "-flags": ("-open_flags", "name"),
+    "rounds": ("rounds_participated", "name"),
+    "-rounds": ("-rounds_participated", "name"),
+    # NULLS LAST either way: an agent without events in the window has no rate to rank.
+    "impact": (F("impact_rate").asc(nulls_last=True), "name"),
+    "-impact": (F("impact_rate").desc(nulls_last=True), "name"),
+    "regret": (F("regret_rate").asc(nulls_last=True), "name"),
+    "-regret": (F("regret_rate").desc(nulls_last=True), "name"),
+}
+SPARKLINE_POINTS = 20
+CHART_POINTS = 500  # the newest changes drawn on an agent's chart; the export has them all
+REVIEW_RECENT_DAYS = 7
+OVERRIDE_CONFIRMED = "override.confirmed"
+
+
+def _rate_over_window(model: type[Dissent] | type[Override], field: str, since: datetime) -> Any:
+    """The share of the agent's rows in the window where ``field`` is true, as a subquery (None
+    without rows; dissents of unknown impact do not count), on the (tenant, agent, time) index."""
+    rows = model.objects.filter(
+        tenant_id=OuterRef("tenant_id"), agent_id=OuterRef("pk"), occurred_at__gt=since
+    )
+    if model is Dissent:
+        rows = rows.filter(impact__isnull=False)
+    share = rows.order_by().values("agent_id").annotate(rate=Avg(Cast(field, IntegerField())))
+    return Subquery(share.values("rate"), output_field=FloatField())
+
+
+def trust_overview_agents(
+    *,
+    tenant: Tenant,
+    search: str = "",
+    probation: bool | None = None,
+    flagged: bool | None = None,
+    sort: str = "name",
+    now: datetime | None = None,
+) -> QuerySet[Agent]:
+    """The tenant's agents for the trust overview, each with its open gaming flags and its
+    dissent impact and regret rates over the last TRUST_WINDOW_DAYS, filtered and sorted."""
+    moment = now or timezone.now()
+    since = moment - timedelta(days=settings.TRUST_WINDOW_DAYS)
+    open_flags = (
+        GamingFlag.objects.filter(agent_id=OuterRef("pk"), status=GamingFlag.Status.OPEN)
+        .order_by()
+        .values("agent_id")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    agents = Agent.objects.filter(tenant=tenant).annotate(
+        open_flags=Coalesce(Subquery(open_flags, output_field=IntegerField()), 0),
+        impact_rate=_rate_over_window(Dissent, "impact", since),
+        regret_rate=_rate_over_window(Override, "regret", since),
+    )
+    if search:
+        agents = agents.filter(Q(name__icontains=search) | Q(primary_role__icontains=search))
+    on_probation = Q(rounds_participated__lt=settings.PROBATION_MIN_ROUNDS) | Q(
+        probation_until__gt=moment
+    )
+    if probation is True:
+        agents = agents.filter(on_probation)
+    elif probation is False:
+        agents = agents.exclude(on_probation)
+    if flagged is True:
+        agents = agents.filter(open_flags__gt=0)
+    elif flagged is False:
+        agents = agents.filter(open_flags=0)
+    ordered: QuerySet[Agent] = agents.order_by(*OVERVIEW_SORTS.get(sort, OVERVIEW_SORTS["name"]))
+    return ordered
+
+
+def trust_sparklines(
+    *, agent_ids: Sequence[int], points: int = SPARKLINE_POINTS
+) -> dict[int, list[float]]:
+    """The last ``points`` scores of each agent, oldest first, in one query for a whole page."""
+    if not agent_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT agent_id, score FROM (
+                SELECT agent_id, score, at, id,
+                       row_number() OVER (PARTITION BY agent_id ORDER BY at DESC, id DESC) AS n
+                FROM trust_trustscorechange WHERE agent_id = ANY(%(agents)s)
+            ) recent
+            WHERE n <= %(points)s
+            ORDER BY agent_id, at, id
+            """,
+            {"agents": list(agent_ids), "points": points},
+        )
+        rows = cursor.fetchall()
+    lines: dict[int, list[float]] = {int(agent_id): [] for agent_id in agent_ids}
+    for agent_id, score in rows:
+        lines[int(agent_id)].append(float(score))
+    return lines
+
+
+@dataclass(frozen=True)
+class TrustPoint:
+    at: datetime
+    score: float
+    reason: str
+    previous: float | None
+
+    @property
+    def change(self) -> float | None:
+        return None if self.previous is None else self.score - self.previous
+
+
+def trust_chart(*, agent: Agent, limit: int = CHART_POINTS) -> list[TrustPoint]:
+    """The agent's newest ``limit`` score changes, oldest first, each with the score before it;
+    with the whole history in reach it starts at the initial 0.6, as trust_history does."""
+    changes = list(
+        TrustScoreChange.objects.filter(tenant_id=agent.tenant_id, agent=agent)
+        .order_by("-at", "-id")
+        .values_list("at", "score", "reason")[: limit + 1]
+    )
+    changes.reverse()
+    points: list[TrustPoint] = []
+    if len(changes) > limit:
+        previous: float | None = changes[0][1]
+        changes = changes[1:]
+    elif changes and changes[0][2] == "initial":
+        previous = None
+    else:
+        points.append(TrustPoint(at=agent.created_at, score=PRIOR, reason="initial", previous=None))
+        previous = PRIOR
+    for at, score, reason in changes:
+        points.append(TrustPoint(at=at, score=score, reason=reason, previous=previous))
+        previous = score
+    return points
+
+
+def agent_trust_breakdown(*, agent: Agent, now: datetime | None = None) -> TrustBreakdown:
+    """The terms of the agent's current score, computed as trust_recompute computes them."""
+    evidence = trust_evidence(tenant=agent.tenant, agent_ids=[agent.pk], now=now)
+    return trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
+
+
+@dataclass(frozen=True)
+class CitationDiversity:
+    dissents: int
+    entropy_bits: float
+    max_bits: float  # log2 of the criteria cited: the entropy of citing them all evenly
+    counts: list[tuple[str, int]]  # most cited first
+    top: int
+
+
+def citation_diversity(*, agent: Agent, window: int = DEPTH_WINDOW) -> CitationDiversity:
+    """Entropy and counts of the rubric criteria cited in the agent's last ``window`` dissents."""
+    recent = list(
+        Dissent.objects.filter(tenant_id=agent.tenant_id, agent=agent)
+        .order_by("-occurred_at", "-id")
+        .values_list("rubric_citations", flat=True)[:window]
+    )
+    entropy, counts = citation_entropy(recent)
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return CitationDiversity(
+        dissents=len(recent),
+        entropy_bits=entropy,
+        max_bits=math.log2(len(counts)) if len(counts) > 1 else 0.0,
+        counts=ranked,
+        top=ranked[0][1] if ranked else 0,
+    )
+
+
+def agent_dissents(*, agent: Agent) -> QuerySet[Dissent]:
+    return Dissent.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by(
+        "-occurred_at", "-id"
+    )
+
+
+def agent_overrides(*, agent: Agent) -> QuerySet[Override]:
+    return Override.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by(
+        "-occurred_at", "-id"
+    )
+
+
+def agent_gaming_flags(*, agent: Agent, limit: int = 10) -> list[GamingFlag]:
+    return list(
+        GamingFlag.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by("-id")[:limit]
+    )
+
+
+def overrides_waiting(*, tenant: Tenant, now: datetime | None = None) -> QuerySet[Override]:
+    """Open overrides whose regret check is still ahead, the nearest deadline first."""
+    moment = now or timezone.now()
+    return (
+        Override.objects.filter(
+            tenant=tenant, reverted_at__isnull=True, auto_check_deadline__gt=moment
+        )
+        .select_related("agent")
+        .order_by("auto_check_deadline", "id")
+    )
+
+
+def overrides_recent(
+    *, tenant: Tenant, now: datetime | None = None, limit: int = 25
+) -> list[Override]:
+    """Overrides of the last REVIEW_RECENT_DAYS that are settled (reverted, or past their
+    deadline), newest first."""
+    moment = now or timezone.now()
+    return list(
+        Override.objects.filter(
+            tenant=tenant, occurred_at__gt=moment - timedelta(days=REVIEW_RECENT_DAYS)
+        )
+        .filter(Q(reverted_at__isnull=False) | Q(auto_check_deadline__lte=moment))
+        .select_related("agent")
+        .order_by("-occurred_at", "-id")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    by: str
+    at: datetime
+
+
+def override_confirmations(
+    *, tenant: Tenant, override_ids: Sequence[int]
+) -> dict[int, Confirmation]:
+    """Who confirmed which of these overrides, read from their ``override.confirmed`` events
+    (the latest confirmation of each wins)."""
+    if not override_ids:
+        return {}
+    events = (
+        Event.objects.filter(
+            tenant=tenant, kind=OVERRIDE_CONFIRMED, payload__override_id__in=list(override_ids)
+        )
+        .order_by("seq")
+        .values_list("payload", "actor", "created_at")
+    )
+    return {
+        int(payload["override_id"]): Confirmation(by=actor, at=created_at)
+        for payload, actor, created_at in events
+    }
+
+
+def gaming_flags_open(*, tenant: Tenant) -> list[GamingFlag]:
+    return list(
+        GamingFlag.objects.filter(tenant=tenant, status=GamingFlag.Status.OPEN)
+        .select_related("agent")
+        .order_by("created_at", "id")
+    )
+
+
+def rubric_proposals_pending(*, tenant: Tenant) -> list[RubricProposal]:
+    return list(
+        RubricProposal.objects.filter(tenant=tenant, status=RubricProposal.Status.PENDING)
+        .select_related("override__agent")
+        .order_by("created_at", "id")
+    )

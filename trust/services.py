@@ -18,7 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from config.api import ApiError, Conflict
-from ledger.models import Agent, Tenant
+from ledger.models import Agent, Event, Tenant
 from ledger.services import SYSTEM_ACTOR, EventDraft, event_append, events_append, tenant_write_lock
 from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name
 from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
@@ -713,6 +713,35 @@ def override_revert(
             )
     override.refresh_from_db()
     return override
+
+
+def override_confirm(*, override: Override, actor: str, now: datetime | None = None) -> Event:
+    """A reviewer's word that the override stands: ``override.confirmed`` in the ledger, by them.
+
+    It changes no row and no score: the evidence stays what it was, regret inference still
+    follows the round's output, and a later revert still counts. A reverted override cannot be
+    confirmed (409 ``override_already_reverted``).
+    """
+    moment = now or timezone.now()
+    with transaction.atomic():
+        tenant_write_lock(override.tenant)
+        if Override.objects.filter(pk=override.pk, reverted_at__isnull=False).exists():
+            raise Conflict(
+                code="override_already_reverted",
+                message="This override was already reverted.",
+            )
+        return event_append(
+            tenant=override.tenant,
+            kind=selectors.OVERRIDE_CONFIRMED,
+            actor=actor,
+            round_id=override.round_id,
+            payload={
+                "override_id": override.pk,
+                "agent_id": override.agent_id,
+                "confirmed_by": actor,
+                "at": moment.isoformat(),
+            },
+        )
 
 
 def _overrides_mark_reverted(

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
+
+from trust import views
 
 app_name = "trust"
 
-urlpatterns: list[URLPattern] = []
+urlpatterns: list[URLPattern] = [
+    path("", views.overview, name="overview"),
+    path("agents/<int:pk>/", views.agent_detail, name="agent"),
+    path("agents/<int:pk>/export.json", views.agent_export, name="agent_export"),
+    path("review/", views.review_queue, name="review_queue"),
+    path("overrides/<int:pk>/regret", views.override_regret, name="override_regret"),
+    path("overrides/<int:pk>/confirm", views.override_confirm, name="override_confirm"),
+    path("flags/<int:pk>/review", views.flag_review, name="flag_review"),
+    path("proposals/<int:pk>/decide", views.proposal_decide, name="proposal_decide"),
+]

@@ -1,0 +1,48 @@
+"""Forms of the trust pages: the overview's filters and the review queue's decisions."""
+
+from __future__ import annotations
+
+from django import forms
+
+from trust.models import GamingFlag
+from trust.selectors import OVERVIEW_SORTS
+
+YES_NO_ANY = [("", "Any"), ("yes", "Yes"), ("no", "No")]
+NOTE_MAX_CHARS = 2000
+
+
+class OverviewFilterForm(forms.Form):
+    """The trust overview's filters. Bad values fall back to the defaults: it is a GET form."""
+
+    q = forms.CharField(label="Search agents", required=False, max_length=100)
+    probation = forms.ChoiceField(label="On probation", choices=YES_NO_ANY, required=False)
+    flagged = forms.ChoiceField(label="Open gaming flags", choices=YES_NO_ANY, required=False)
+    sort = forms.ChoiceField(
+        label="Sort by", choices=[(key, key) for key in OVERVIEW_SORTS], required=False
+    )
+
+    def filters(self) -> dict[str, object]:
+        """Keyword arguments for selectors.trust_overview_agents from the valid fields."""
+        data = self.cleaned_data if self.is_valid() else {}
+        as_bool = {"yes": True, "no": False}
+        return {
+            "search": (data.get("q") or "").strip(),
+            "probation": as_bool.get(data.get("probation") or ""),
+            "flagged": as_bool.get(data.get("flagged") or ""),
+            "sort": data.get("sort") or "name",
+        }
+
+
+class FlagReviewForm(forms.Form):
+    decision = forms.ChoiceField(
+        choices=[
+            (GamingFlag.Status.DISMISSED, "Clear"),
+            (GamingFlag.Status.CONFIRMED, "Escalate"),
+        ]
+    )
+    note = forms.CharField(label="Note", required=False, max_length=NOTE_MAX_CHARS)
+
+
+class ProposalDecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=[("accept", "Accept"), ("reject", "Reject")])
+    note = forms.CharField(label="Note", required=False, max_length=NOTE_MAX_CHARS)

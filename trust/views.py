@@ -1,0 +1,350 @@
+"""The trust pages: overview, one agent's trust, and the review queue (SPEC 10, issue 8).
+
+One URL per page; an HTMX request renders only the partial it targets (the overview's table, a
+page of an agent's dissents or overrides, the waiting overrides), and the review queue's actions
+answer with the row they changed. Every write goes through trust.services / trust.governance, so
+it is one transaction with its ledger event, in the reviewer's name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from config.api import ApiError
+from config.views import HtmxHttpRequest
+from ledger.models import Agent, Membership, Role
+from trust import governance, interchange, selectors, services
+from trust.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
+from trust.models import GamingFlag, Override, RubricProposal
+
+AGENTS_PER_PAGE = 25
+EVIDENCE_PER_PAGE = 20
+WAITING_PER_PAGE = 25
+SPARKLINE_WIDTH, SPARKLINE_HEIGHT = 100, 24
+# The overview's sortable columns: (label, sort key, first direction: the interesting end first).
+OVERVIEW_COLUMNS = [
+    ("Agent", "name", ""),
+    ("Trust", "trust", "-"),
+    ("Open flags", "flags", "-"),
+    ("Impact rate", "impact", "-"),
+    ("Regret rate", "regret", "-"),
+    ("Rounds", "rounds", "-"),
+]
+
+View = Callable[..., HttpResponse]
+
+
+def role_required(role: str) -> Callable[[View], View]:
+    """Signed in, with a seat in a tenant holding at least ``role``; 403 otherwise, so an
+    action hidden from a role is refused on the server too."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def wrapped(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            membership = request.membership
+            if membership is None or not Role.allows(membership.role, role):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return login_required(wrapped)
+
+    return decorate
+
+
+def _membership(request: HtmxHttpRequest) -> Membership:
+    assert request.membership is not None  # role_required let the request through
+    return request.membership
+
+
+def _actor(request: HtmxHttpRequest) -> str:
+    return str(request.user.get_username())
+
+
+def _sort_columns(current: str) -> dict[str, dict[str, str]]:
+    """Per sortable column: the sort its header link asks for and its aria-sort state."""
+    columns = {}
+    for label, key, first in OVERVIEW_COLUMNS:
+        state = "none"
+        if current == key:
+            state = "ascending"
+        elif current == f"-{key}":
+            state = "descending"
+        following = {"ascending": f"-{key}", "descending": key}.get(state, f"{first}{key}")
+        columns[key] = {"label": label, "next": following, "state": state}
+    return columns
+
+
+def _sparkline(scores: list[float]) -> str:
+    """SVG polyline points for scores in [0, 1], drawn left to right across the box."""
+    if not scores:
+        return ""
+    if len(scores) == 1:
+        scores = scores * 2
+    step = SPARKLINE_WIDTH / (len(scores) - 1)
+    return " ".join(
+        f"{i * step:.1f},{(1 - score) * (SPARKLINE_HEIGHT - 2) + 1:.1f}"
+        for i, score in enumerate(scores)
+    )
+
+
+# --- Trust overview ----------------------------------------------------------------------------
+
+
+@require_GET
+@role_required(Role.REVIEWER)
+def overview(request: HtmxHttpRequest) -> HttpResponse:
+    tenant = _membership(request).tenant
+    form = OverviewFilterForm(request.GET)
+    filters = form.filters()
+    now = timezone.now()
+    agents = selectors.trust_overview_agents(tenant=tenant, now=now, **filters)  # type: ignore[arg-type]
+    page = Paginator(agents, AGENTS_PER_PAGE).get_page(request.GET.get("page"))
+    lines = selectors.trust_sparklines(agent_ids=[agent.pk for agent in page])
+    rows = [
+        {
+            "agent": agent,
+            "sparkline": _sparkline(lines.get(agent.pk, [])),
+            "trend": lines[agent.pk][-1] - lines[agent.pk][0] if lines.get(agent.pk) else 0.0,
+            "on_probation": selectors.agent_on_probation(agent=agent, now=now),
+        }
+        for agent in page
+    ]
+    context = {
+        "form": form,
+        "page": page,
+        "rows": rows,
+        "sort": filters["sort"],
+        "columns": _sort_columns(str(filters["sort"])),
+        "window_days": settings.TRUST_WINDOW_DAYS,
+        "nav_section": "trust",
+    }
+    template = "trust/partials/overview_table.html" if request.htmx else "trust/overview.html"
+    return render(request, template, context)
+
+
+# --- One agent ---------------------------------------------------------------------------------
+
+
+def _agent_of(request: HtmxHttpRequest, pk: int) -> Agent:
+    # Another tenant's agent is a plain 404, as in the API.
+    return get_object_or_404(Agent, tenant=_membership(request).tenant, pk=pk)
+
+
+@require_GET
+@role_required(Role.REVIEWER)
+def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    agent = _agent_of(request, pk)
+    dissents = Paginator(selectors.agent_dissents(agent=agent), EVIDENCE_PER_PAGE).get_page(
+        request.GET.get("dissents")
+    )
+    overrides = Paginator(selectors.agent_overrides(agent=agent), EVIDENCE_PER_PAGE).get_page(
+        request.GET.get("overrides")
+    )
+    context: dict[str, Any] = {
+        "agent": agent,
+        "dissents": dissents,
+        "overrides": overrides,
+        "nav_section": "trust",
+        "now": timezone.now(),
+    }
+    if request.htmx and request.htmx.target == "dissents":
+        return render(request, "trust/partials/agent_dissents.html", context)
+    if request.htmx and request.htmx.target == "overrides":
+        return render(request, "trust/partials/agent_overrides.html", context)
+    now = context["now"]
+    chart = selectors.trust_chart(agent=agent)
+    context.update(
+        breakdown=selectors.agent_trust_breakdown(agent=agent, now=now),
+        chart=chart,
+        chart_data={
+            "labels": [point.at.strftime("%Y-%m-%d %H:%M") for point in chart],
+            "scores": [round(point.score, 4) for point in chart],
+            "reasons": [point.reason for point in chart],
+            "changes": [None if p.change is None else round(p.change, 4) for p in chart],
+        },
+        changes=list(reversed(chart[-15:])),
+        diversity=selectors.citation_diversity(agent=agent),
+        stats=selectors.long_term_stats(agent=agent, now=now),
+        flags=selectors.agent_gaming_flags(agent=agent),
+        on_probation=selectors.agent_on_probation(agent=agent, now=now),
+    )
+    return render(request, "trust/agent.html", context)
+
+
+@require_GET
+@role_required(Role.REVIEWER)
+def agent_export(request: HtmxHttpRequest, pk: int) -> JsonResponse:
+    """The agent's interchange document (memory/<Agent>.json), as a download."""
+    agent = _agent_of(request, pk)
+    response = JsonResponse(interchange.agent_export(agent=agent), json_dumps_params={"indent": 2})
+    # Agent names are the orchestrator's text: keep only safe characters in the header.
+    filename = re.sub(r"[^A-Za-z0-9._-]+", "_", agent.name).strip("._") or f"agent-{agent.pk}"
+    response["Content-Disposition"] = f'attachment; filename="{filename}.json"'
+    return response
+
+
+# --- Review queue ------------------------------------------------------------------------------
+
+
+def _override_rows(
+    request: HtmxHttpRequest, overrides: list[Override], now: Any
+) -> list[dict[str, Any]]:
+    confirmed = selectors.override_confirmations(
+        tenant=_membership(request).tenant, override_ids=[o.pk for o in overrides]
+    )
+    return [
+        {
+            "override": o,
+            "confirmation": confirmed.get(o.pk),
+            "waiting": o.reverted_at is None and o.auto_check_deadline > now,
+        }
+        for o in overrides
+    ]
+
+
+@require_GET
+@role_required(Role.REVIEWER)
+def review_queue(request: HtmxHttpRequest) -> HttpResponse:
+    tenant = _membership(request).tenant
+    now = timezone.now()
+    waiting = Paginator(selectors.overrides_waiting(tenant=tenant, now=now), WAITING_PER_PAGE)
+    waiting_page = waiting.get_page(request.GET.get("waiting"))
+    context: dict[str, Any] = {
+        "waiting": waiting_page,
+        "waiting_rows": _override_rows(request, list(waiting_page), now),
+        "now": now,
+        "nav_section": "review",
+        "is_admin": Role.allows(_membership(request).role, Role.ADMIN),
+    }
+    if request.htmx and request.htmx.target == "waiting":
+        return render(request, "trust/partials/waiting_overrides.html", context)
+    context.update(
+        recent_rows=_override_rows(
+            request, selectors.overrides_recent(tenant=tenant, now=now), now
+        ),
+        flags=selectors.gaming_flags_open(tenant=tenant),
+        proposals=selectors.rubric_proposals_pending(tenant=tenant),
+        recent_days=selectors.REVIEW_RECENT_DAYS,
+    )
+    return render(request, "trust/review_queue.html", context)
+
+
+def _answer(
+    request: HtmxHttpRequest, template: str, context: dict[str, Any], error: str = ""
+) -> HttpResponse:
+    """The changed row for HTMX (swapped in place); otherwise back to the queue (POST, then
+    redirect), with the error as a message."""
+    if request.htmx:
+        return render(request, template, {**context, "error": error})
+    if error:
+        messages.error(request, error)
+    return redirect("trust:review_queue")
+
+
+def _override_of(request: HtmxHttpRequest, pk: int) -> Override:
+    override: Override = get_object_or_404(
+        Override.objects.select_related("agent", "tenant"),
+        tenant=_membership(request).tenant,
+        pk=pk,
+    )
+    return override
+
+
+def _override_answer(request: HtmxHttpRequest, override: Override, error: str) -> HttpResponse:
+    override.refresh_from_db()
+    now = timezone.now()
+    rows = _override_rows(request, [override], now)
+    return _answer(request, "trust/partials/override_row.html", {"row": rows[0], "now": now}, error)
+
+
+@require_POST
+@role_required(Role.REVIEWER)
+def override_regret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    override = _override_of(request, pk)
+    error = ""
+    try:
+        services.override_revert(
+            override=override, reverted_by=_actor(request), actor=_actor(request)
+        )
+    except ApiError as refused:
+        error = str(refused.detail)
+    return _override_answer(request, override, error)
+
+
+@require_POST
+@role_required(Role.REVIEWER)
+def override_confirm(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    override = _override_of(request, pk)
+    error = ""
+    try:
+        services.override_confirm(override=override, actor=_actor(request))
+    except ApiError as refused:
+        error = str(refused.detail)
+    return _override_answer(request, override, error)
+
+
+@require_POST
+@role_required(Role.REVIEWER)
+def flag_review(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    flag = get_object_or_404(
+        GamingFlag.objects.select_related("agent", "tenant"),
+        tenant=_membership(request).tenant,
+        pk=pk,
+    )
+    form = FlagReviewForm(request.POST)
+    error = ""
+    if not form.is_valid():
+        error = "Choose to clear or escalate the flag; a note has at most 2,000 characters."
+    else:
+        try:
+            flag = governance.gaming_flag_review(
+                flag=flag,
+                status=form.cleaned_data["decision"],
+                note=form.cleaned_data["note"],
+                actor=_actor(request),
+            )
+        except ApiError as refused:
+            error = str(refused.detail)
+            flag.refresh_from_db()
+    return _answer(request, "trust/partials/flag_row.html", {"flag": flag}, error)
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def proposal_decide(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    proposal = get_object_or_404(
+        RubricProposal.objects.select_related("override__agent", "tenant"),
+        tenant=_membership(request).tenant,
+        pk=pk,
+    )
+    form = ProposalDecisionForm(request.POST)
+    error = ""
+    if not form.is_valid():
+        error = "Choose to accept or reject the proposal; a note has at most 2,000 characters."
+    else:
+        try:
+            proposal = governance.rubric_proposal_decide(
+                proposal=proposal,
+                accept=form.cleaned_data["decision"] == "accept",
+                note=form.cleaned_data["note"],
+                actor=_actor(request),
+            )
+        except ApiError as refused:
+            error = str(refused.detail)
+            proposal.refresh_from_db()
+    return _answer(
+        request, "trust/partials/proposal_row.html", {"proposal": proposal, "is_admin": True}, error
+    )
