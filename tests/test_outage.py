@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -71,11 +72,15 @@ def outage_then_recovery(
     key: str,
     *,
     dependency: str,
-    stop: Callable[[], None],
-    start: Callable[[], None],
+    stop: Callable[[], object],
+    start: Callable[[], object],
 ) -> float:
     name = f"Retried-{dependency}"
-    create = {"key": key, "body": {"name": name}, "headers": {"Idempotency-Key": f"k-{name}"}}
+    create: dict[str, Any] = {
+        "key": key,
+        "body": {"name": name},
+        "headers": {"Idempotency-Key": f"k-{name}"},
+    }
     assert server.request("GET", "/api/v1/agents/", key=key)[0] == 200
 
     stop()
