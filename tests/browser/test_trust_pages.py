@@ -1,0 +1,168 @@
+"""The trust pages in a real browser: regret marking moves the chart, the chart draws, agent
+text stays text, and a reviewer cannot reach admin-only actions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from ledger.models import Role
+from tests.trust.governance_rows import dissent_row, override_row
+from trust import services
+from trust.models import Override, RubricProposal, TrustScoreChange
+
+SCRIPT_TEXT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+
+
+@pytest.fixture
+def critic(tenant, make_agent):
+    """An agent with a trust history (several changes) and an override waiting for review."""
+    agent = make_agent(tenant, name="Critic1", model="gpt-4o", primary_role="critic")
+    now = timezone.now()
+    for day in range(6):
+        dissent_row(
+            agent,
+            now - timedelta(days=12 - day),
+            citations=["Accuracy", "Evidence", "Safety"][day % 3 :],
+            impact=day % 2 == 0,
+        )
+        services.trust_recompute(
+            tenant=tenant,
+            agent_ids=[agent.pk],
+            reason="dissent_impact_true" if day % 2 == 0 else "dissent_logged",
+            now=now - timedelta(days=12 - day) + timedelta(hours=1),
+        )
+    override_row(agent, now - timedelta(days=3))
+    services.override_log(
+        agent=agent,
+        agent_output="Ship the report as drafted.",
+        human_decision="Hold the report until the figures are checked.",
+        decided_by="sam",
+        round_id="round-7",
+        occurred_at=now - timedelta(hours=2),
+        actor="orchestrator",
+    )
+    agent.refresh_from_db()
+    return agent
+
+
+def _chart(page):
+    page.wait_for_selector("#trust-chart[data-drawn='true']")
+    return page.evaluate(
+        """() => {
+            const chart = Chart.getChart(document.getElementById("trust-chart"));
+            return {scores: chart.data.datasets[0].data, labels: chart.data.labels};
+        }"""
+    )
+
+
+def test_a_reviewer_marks_an_override_regretted_and_the_chart_shows_the_drop(
+    page_as, critic, screenshot
+):
+    waiting = Override.objects.get(agent=critic, round_id="round-7")
+    page = page_as(Role.REVIEWER, username="ada")
+    page.goto(f"/trust/agents/{critic.pk}/")
+    before = _chart(page)
+
+    page.goto("/trust/review/")
+    row = page.locator(f"#override-{waiting.pk}")
+    row.get_by_role("button", name="Mark regretted").click()
+    # HTMX swaps the row in place: same id, now regretted, with the reviewer's name.
+    page.wait_for_selector(f"#override-{waiting.pk}.review-row--regretted")
+    assert "reverted by ada" in page.locator(f"#override-{waiting.pk}").inner_text()
+    assert page.url.endswith("/trust/review/")
+    screenshot("trust-review-queue-after-regret")
+
+    page.goto(f"/trust/agents/{critic.pk}/")
+    after = _chart(page)
+    assert len(after["scores"]) == len(before["scores"]) + 1
+    assert after["scores"][-1] < before["scores"][-1]
+    latest = page.locator("#trust-changes tbody tr").first.inner_text()
+    assert "override_regret" in latest
+    assert "-0." in latest
+    assert TrustScoreChange.objects.filter(agent=critic, reason="override_regret").exists()
+    screenshot("trust-agent-after-regret")
+
+
+def test_an_admin_sees_the_trust_chart_drawn(page_as, critic, tenant, make_agent, screenshot):
+    make_agent(tenant, name="Rookie")
+    page = page_as(Role.ADMIN, username="root")
+    page.goto("/trust/")
+    assert page.locator("#agent-table tbody tr").count() == 2
+    screenshot("trust-overview")
+
+    page.goto(f"/trust/agents/{critic.pk}/")
+    _chart(page)
+    painted = page.evaluate(
+        """() => {
+            const canvas = document.getElementById("trust-chart");
+            const context = canvas.getContext("2d");
+            const pixels = context.getImageData(0, 0, canvas.width, canvas.height).data;
+            let painted = 0;
+            for (let i = 3; i < pixels.length; i += 4) { if (pixels[i] > 0) painted++; }
+            return {painted, total: canvas.width * canvas.height};
+        }"""
+    )
+    assert painted["total"] > 10_000
+    assert painted["painted"] > 1_000  # the line, its points and the axes
+    blank = page.evaluate(
+        """() => {
+            const canvas = document.getElementById("trust-chart");
+            const empty = document.createElement("canvas");
+            empty.width = canvas.width; empty.height = canvas.height;
+            return canvas.toDataURL() === empty.toDataURL();
+        }"""
+    )
+    assert blank is False
+    screenshot("trust-agent")
+
+
+def test_a_dissent_holding_a_script_tag_renders_as_text(page_as, critic):
+    dissent = dissent_row(critic, timezone.now() - timedelta(minutes=5))
+    dissent.text = SCRIPT_TEXT
+    dissent.save()
+    page = page_as(Role.REVIEWER)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    page.goto(f"/trust/agents/{critic.pk}/")
+
+    cell = page.locator(f"#dissent-{dissent.pk} .dissent-text")
+    assert cell.inner_text() == SCRIPT_TEXT
+    assert page.locator(f"#dissent-{dissent.pk} script, #dissent-{dissent.pk} img").count() == 0
+    assert page.evaluate("() => window.__pwned") is None
+    assert dialogs == []
+
+
+def test_a_reviewer_cannot_reach_admin_only_actions(page_as, critic, tenant, screenshot):
+    proposal = RubricProposal.objects.create(
+        tenant=tenant,
+        proposed_by="sam",
+        proposer_trust=0.9,
+        created_at=timezone.now(),
+        action="add",
+        criterion="Sourcing",
+        rationale="Figures were paraphrased.",
+    )
+    page = page_as(Role.REVIEWER)
+    page.goto("/trust/review/")
+    row = page.locator(f"#proposal-{proposal.pk}")
+
+    assert row.get_by_role("button", name="Accept").count() == 0
+    assert "Waiting for an admin" in row.inner_text()
+    assert page.get_by_role("link", name="Admin", exact=True).count() == 0
+    screenshot("trust-review-queue-reviewer")
+    # Not just hidden: the server refuses the decision, even with a valid CSRF token.
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    refused = page.request.post(
+        f"/trust/proposals/{proposal.pk}/decide",
+        form={"decision": "accept"},
+        headers={"X-CSRFToken": token, "HX-Request": "true"},
+    )
+    assert refused.status == 403
+    proposal.refresh_from_db()
+    assert proposal.status == RubricProposal.Status.PENDING
+    page.goto("/admin/")
+    assert "/admin/login/" in page.url
