@@ -7,10 +7,12 @@ different request (method, path or body) is refused with 422 rather than silentl
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from rest_framework import status
+from rest_framework.utils import encoders
 
 from config.api import ApiError
 from ledger.models import IdempotencyRecord, Tenant
@@ -62,6 +64,9 @@ def idempotency_claim(*, tenant: Tenant, key: str, fingerprint: str) -> Idempote
 
 
 def idempotency_complete(*, record: IdempotencyRecord, status_code: int, body: Any) -> None:
+    # Stored as the renderer sends it: a view's response data may still hold datetimes, decimals
+    # or UUIDs that only DRF's encoder turns into JSON (a search's hit details do).
+    rendered = json.loads(json.dumps(body, cls=encoders.JSONEncoder))
     IdempotencyRecord.objects.filter(pk=record.pk).update(
-        status_code=status_code, response_body=body
+        status_code=status_code, response_body=rendered
     )
