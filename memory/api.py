@@ -262,7 +262,8 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
         )
         return Response(SearchResultSerializer(outcome).data)
 
-    @action(detail=True, methods=["get"])
+    # The whole history in one answer (no cursor): pagination_class=None says so in the schema.
+    @action(detail=True, methods=["get"], pagination_class=None)
     def history(self, request: Request, pk: str | None = None) -> Response:
         memory = self.get_object()
         events = Event.objects.filter(

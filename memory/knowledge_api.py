@@ -142,7 +142,8 @@ class KnowledgeDocumentViewSet(
         )
         return Response(self.get_serializer(document).data)
 
-    @action(detail=True, methods=["get"])
+    # Every chunk in one answer (no cursor): pagination_class=None says so in the schema.
+    @action(detail=True, methods=["get"], pagination_class=None)
     def chunks(self, request: Request, pk: str | None = None) -> Response:
         chunks = KnowledgeChunk.objects.filter(document=self.get_object()).order_by("position")
         return Response(KnowledgeChunkSerializer(chunks, many=True).data)
