@@ -746,32 +746,14 @@ class AsyncClient(AsyncTransport):
         """
         await self.request(Call("DELETE", f"/kb/documents/{segment(id)}/"))
 
-    async def kb_documents_chunks_list(
-        self, id: int, *, cursor: str | None = None, page_size: int | None = None
-    ) -> Page[types.KnowledgeChunk]:
+    async def kb_documents_chunks_list(self, id: int) -> list[types.KnowledgeChunk]:
         """The search chunks of a document (none for drafts and skills).
 
         ``GET /api/v1/kb/documents/{id}/chunks/``
-
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
         """
-        return page_of(
-            await self.request(
-                Call(
-                    "GET",
-                    f"/kb/documents/{segment(id)}/chunks/",
-                    params=query(cursor=cursor, page_size=page_size),
-                )
-            )
-        )
-
-    def kb_documents_chunks_iter(
-        self, id: int, *, page_size: int | None = None
-    ) -> AsyncIterator[types.KnowledgeChunk]:
-        """Every item of ``kb_documents_chunks_list``, page after page."""
-        return self.paginate(
-            lambda cursor: self.kb_documents_chunks_list(id, page_size=page_size, cursor=cursor)
+        return cast(
+            "list[types.KnowledgeChunk]",
+            await self.request(Call("GET", f"/kb/documents/{segment(id)}/chunks/")),
         )
 
     async def kb_documents_publish(
@@ -932,32 +914,14 @@ class AsyncClient(AsyncTransport):
         """
         await self.request(Call("DELETE", f"/memories/{segment(id)}/"))
 
-    async def memories_history_list(
-        self, id: int, *, cursor: str | None = None, page_size: int | None = None
-    ) -> Page[types.MemoryHistory]:
+    async def memories_history_list(self, id: int) -> list[types.MemoryHistory]:
         """The ledger events of a memory.
 
         ``GET /api/v1/memories/{id}/history/``
-
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
         """
-        return page_of(
-            await self.request(
-                Call(
-                    "GET",
-                    f"/memories/{segment(id)}/history/",
-                    params=query(cursor=cursor, page_size=page_size),
-                )
-            )
-        )
-
-    def memories_history_iter(
-        self, id: int, *, page_size: int | None = None
-    ) -> AsyncIterator[types.MemoryHistory]:
-        """Every item of ``memories_history_list``, page after page."""
-        return self.paginate(
-            lambda cursor: self.memories_history_list(id, page_size=page_size, cursor=cursor)
+        return cast(
+            "list[types.MemoryHistory]",
+            await self.request(Call("GET", f"/memories/{segment(id)}/history/")),
         )
 
     async def memories_create_batch(

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 ActionEnum = Literal["add", "change", "remove"]
+ApiKeyRoleEnum = Literal["agent", "reviewer", "admin"]
 BlankEnum = Literal[""]
 FormatEnum = Literal["text", "json"]
 GamingFlagReviewStatusEnum = Literal["dismissed", "confirmed"]
 GamingFlagStatusEnum = Literal["open", "dismissed", "confirmed"]
 JobRunStatusEnum = Literal["running", "succeeded", "failed", "skipped", "abandoned"]
 KindEnum = Literal["article", "skill"]
+MemoryRoleEnum = Literal["user", "assistant", "system", "tool_result"]
 ModeEnum = Literal["episodic", "salience"]
 RevertReasonEnum = Literal["inferred", "marked", "newer_version", "imported"]
-Role4daEnum = Literal["agent", "reviewer", "admin"]
-RoleE52Enum = Literal["user", "assistant", "system", "tool_result"]
 RubricProposalStatusEnum = Literal["pending", "accepted", "rejected"]
 ScopeEnum = Literal["run", "agent"]
 SourceEnum = Literal["agent_memory", "audit_log", "workflow_steps", "knowledge_base"]
@@ -66,7 +66,7 @@ class ApiKey(TypedDict):
     id: int
     name: str
     prefix: str
-    role: NotRequired[Role4daEnum]
+    role: NotRequired[ApiKeyRoleEnum]
     agent: NotRequired[str | None]
     created_at: str
     last_used_at: str | None
@@ -77,7 +77,7 @@ class ApiKeyCreated(TypedDict):
     id: int
     name: str
     prefix: str
-    role: NotRequired[Role4daEnum]
+    role: NotRequired[ApiKeyRoleEnum]
     agent: NotRequired[str | None]
     created_at: str
     last_used_at: str | None
@@ -87,7 +87,7 @@ class ApiKeyCreated(TypedDict):
 
 class ApiKeyRequest(TypedDict):
     name: str
-    role: NotRequired[Role4daEnum]
+    role: NotRequired[ApiKeyRoleEnum]
     agent: NotRequired[str | None]
 
 
@@ -402,7 +402,7 @@ class Memory(TypedDict):
     id: int
     agent: str
     session_id: str
-    role: RoleE52Enum
+    role: MemoryRoleEnum
     content: str
     memory_type: str
     importance: float
@@ -434,7 +434,7 @@ class MemoryHistory(TypedDict):
 
 class MemoryInputRequest(TypedDict):
     content: str
-    role: NotRequired[RoleE52Enum]
+    role: NotRequired[MemoryRoleEnum]
     session_id: NotRequired[str]
     memory_type: NotRequired[str]
     importance: NotRequired[float]
@@ -447,7 +447,7 @@ class MemoryInputRequest(TypedDict):
 
 class MemoryStoreRequest(TypedDict):
     content: str
-    role: NotRequired[RoleE52Enum]
+    role: NotRequired[MemoryRoleEnum]
     session_id: NotRequired[str]
     memory_type: NotRequired[str]
     importance: NotRequired[float]
@@ -538,22 +538,10 @@ class PaginatedGamingFlagList(TypedDict):
     results: list[GamingFlag]
 
 
-class PaginatedKnowledgeChunkList(TypedDict):
-    next: NotRequired[str | None]
-    previous: NotRequired[str | None]
-    results: list[KnowledgeChunk]
-
-
 class PaginatedKnowledgeDocumentList(TypedDict):
     next: NotRequired[str | None]
     previous: NotRequired[str | None]
     results: list[KnowledgeDocument]
-
-
-class PaginatedMemoryHistoryList(TypedDict):
-    next: NotRequired[str | None]
-    previous: NotRequired[str | None]
-    results: list[MemoryHistory]
 
 
 class PaginatedMemoryList(TypedDict):
