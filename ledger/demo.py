@@ -8,6 +8,7 @@ returned only by the call that created them, so the caller can show them exactly
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from config.api import Conflict
-from ledger.models import Agent, ApiKey, Event, Membership, Role, Tenant
+from ledger.jobs import JOBS
+from ledger.models import Agent, ApiKey, Event, JobRun, Membership, Role, Tenant
 from ledger.services import (
     SYSTEM_ACTOR,
     EventDraft,
@@ -49,6 +51,19 @@ class DemoSeeded:
     events_appended: int = 0
     # The demo key's secret, set only by the call that created the key.
     api_key: str | None = None
+    # What each other app's seeder added, e.g. {"memory": "12 memories, 9 action results"}.
+    extras: dict[str, str] = field(default_factory=dict)
+
+
+# The other apps' demo data (memories, content, trust), registered from their AppConfig.ready():
+# ledger imports neither app, the same way projections register. A seeder is idempotent like the
+# rest of this module and returns a short note of what it added ("" when nothing).
+DemoSeeder = Callable[[Tenant], str]
+_DEMO_SEEDERS: dict[str, DemoSeeder] = {}
+
+
+def demo_seeder_register(name: str, seeder: DemoSeeder) -> None:
+    _DEMO_SEEDERS[name] = seeder
 
 
 def demo_tenant_ensure() -> tuple[Tenant, bool]:
@@ -382,9 +397,28 @@ def demo_data_seed(*, tenant: Tenant) -> DemoSeeded:
             _, raw_key = api_key_create(
                 tenant=tenant, name=DEMO_API_KEY_NAME, role=Role.ADMIN, actor=SYSTEM_ACTOR
             )
+    # After the ledger's part committed: the seeders build on its agents and runs, and each
+    # commits on its own, so one app's failure does not take the others' data with it.
+    extras = {name: note for name, seeder in _DEMO_SEEDERS.items() if (note := seeder(tenant))}
+    queued = demo_first_job_runs_queue()
+    if queued:
+        extras["jobs"] = f"{queued} job(s) queued for a first run"
     return DemoSeeded(
         agents_created=agents_created,
         runs_seeded=runs_seeded,
         events_appended=events_appended,
         api_key=raw_key,
+        extras=extras,
     )
+
+
+def demo_first_job_runs_queue() -> int:
+    """Queue every job that never ran, so the jobs page shows runs as soon as the worker starts
+    instead of after each job's first interval. The jobs are safe to run at any time."""
+    from config.celery import app
+
+    ran = set(JobRun.objects.values_list("job", flat=True).distinct())
+    due = [spec.task for name, spec in JOBS.items() if name not in ran]
+    for task in due:
+        app.send_task(task)
+    return len(due)

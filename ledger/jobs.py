@@ -36,7 +36,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from ledger.models import JobRun
+from ledger.models import JobRun, Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ JOB_TASK_OPTIONS: dict[str, Any] = {
 UNHEALTHY_AFTER_FAILURES = 3
 LAST_RUNS_SHOWN = 5
 RUNS_KEPT_DAYS = 30
+CHAIN_VERIFY_JOB = "ledger.chain_verify"
 
 
 class Batch(NamedTuple):
@@ -154,7 +155,7 @@ JOBS: dict[str, JobSpec] = {
             Daily(hour=2),
         ),
         JobSpec(
-            "ledger.chain_verify",
+            CHAIN_VERIFY_JOB,
             "ledger.tasks.event_chains_verify",
             "Verify every tenant's hash chain; a broken chain fails the run.",
             Daily(hour=3),
@@ -484,3 +485,44 @@ def job_statuses(*, now: datetime | None = None) -> list[JobStatus]:
             )
         )
     return statuses
+
+
+@dataclass(frozen=True)
+class ChainCheck:
+    """What the nightly chain verification last said about one tenant's chain."""
+
+    # "verified", "broken", "unchecked" (no finished check covered the tenant yet) or "failed"
+    # (the last check stopped with an error before it could say).
+    state: str
+    checked_at: datetime | None = None
+    broken_seq: int | None = None
+    reason: str = ""
+    running_since: datetime | None = None
+
+
+def chain_check_status(*, tenant: Tenant) -> ChainCheck:
+    """The tenant's chain as of the last complete verification run (``ledger.chain_verify``).
+
+    A complete run (``details.done``) walked every tenant and lists the broken ones; only this
+    tenant's entry is read, so nothing about another tenant shows. Two index reads of JobRun.
+    """
+    runs = JobRun.objects.filter(job=CHAIN_VERIFY_JOB).order_by("-started_at", "-pk")
+    latest = runs.exclude(status=JobRun.Status.SKIPPED).first()
+    running_since = latest.started_at if latest and latest.status == JobRun.Status.RUNNING else None
+    complete = runs.filter(
+        status__in=[JobRun.Status.SUCCEEDED, JobRun.Status.FAILED], details__done=True
+    ).first()
+    if complete is None or complete.started_at < tenant.created_at:
+        if latest is not None and latest.status == JobRun.Status.FAILED and not running_since:
+            return ChainCheck("failed", checked_at=latest.finished_at, reason=latest.error)
+        return ChainCheck("unchecked", running_since=running_since)
+    for broken in complete.details.get("broken", []):
+        if broken.get("tenant_id") == tenant.pk:
+            return ChainCheck(
+                "broken",
+                checked_at=complete.finished_at,
+                broken_seq=broken.get("seq"),
+                reason=str(broken.get("reason", "")),
+                running_since=running_since,
+            )
+    return ChainCheck("verified", checked_at=complete.finished_at, running_since=running_since)

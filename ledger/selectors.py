@@ -144,3 +144,107 @@ def event_visible_to(*, agent: Agent, settings: RecallSettings | None = None) ->
     """
     visible = (settings or RecallSettings.for_tenant(agent.tenant)).globally_visible_kinds
     return Q(actor=agent.name) | Q(kind__in=visible)
+
+
+# --- Ledger browser ----------------------------------------------------------------------------
+
+EVENT_PAGE_SIZE = 50
+# Enough for a person to read; a payload may hold up to LEDGER_MAX_PAYLOAD_BYTES.
+EVENT_PAYLOAD_PREVIEW_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class EventFilters:
+    actor: str = ""
+    kind: str = ""
+    run_id: str = ""
+    since: datetime | None = None
+    before: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EventPage:
+    events: list[Event]
+    # The seq to pass as ``before_seq`` for the next (older) page; None on the last page.
+    next_before_seq: int | None
+
+
+# The first seq whose event was appended at or after a moment, by binary search over seq in one
+# statement: about log2(chain length) probes of the (tenant, seq) unique index, so a time filter
+# needs no index of its own. It relies on two properties of a chain: seqs run 1..n without gaps
+# (event_chain_verify proves it) and created_at never decreases along them (events_append takes
+# the timestamp under the tenant's write lock). Returns n + 1 when every event is older.
+FIRST_SEQ_AT_SQL = """
+WITH RECURSIVE probe(lo, hi) AS (
+    SELECT 1::bigint, coalesce(
+        (SELECT seq FROM ledger_event WHERE tenant_id = %(tenant)s ORDER BY seq DESC LIMIT 1), 0
+    ) + 1
+  UNION ALL
+    SELECT CASE WHEN e.created_at >= %(moment)s THEN p.lo ELSE (p.lo + p.hi) / 2 + 1 END,
+           CASE WHEN e.created_at >= %(moment)s THEN (p.lo + p.hi) / 2 ELSE p.hi END
+    FROM probe AS p
+    JOIN ledger_event AS e ON e.tenant_id = %(tenant)s AND e.seq = (p.lo + p.hi) / 2
+    WHERE p.lo < p.hi
+)
+SELECT min(hi) FROM probe
+"""
+
+
+def event_first_seq_at(*, tenant: Tenant, moment: datetime) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(FIRST_SEQ_AT_SQL, {"tenant": tenant.pk, "moment": moment})
+        return int(cursor.fetchone()[0])
+
+
+def events_browse(
+    *,
+    tenant: Tenant,
+    filters: EventFilters,
+    before_seq: int | None = None,
+    limit: int = EVENT_PAGE_SIZE,
+) -> EventPage:
+    """The tenant's events, newest first, a page at a time.
+
+    Keyset pagination on seq (never OFFSET): every filter combines with seq in one of the
+    event indexes ((tenant, seq), (tenant, kind, seq), (tenant, actor, seq), (tenant, run_id,
+    seq)), so a page reads about ``limit`` index entries however deep it is in a long chain.
+    Time bounds become seq bounds first (``event_first_seq_at``).
+    """
+    events = Event.objects.filter(tenant=tenant)
+    if filters.actor:
+        events = events.filter(actor=filters.actor)
+    if filters.kind:
+        events = events.filter(kind=filters.kind)
+    if filters.run_id:
+        events = events.filter(run_id=filters.run_id)
+    if filters.since is not None:
+        events = events.filter(seq__gte=event_first_seq_at(tenant=tenant, moment=filters.since))
+    if filters.before is not None:
+        events = events.filter(seq__lt=event_first_seq_at(tenant=tenant, moment=filters.before))
+    if before_seq is not None:
+        events = events.filter(seq__lt=before_seq)
+    rows = list(events.order_by("-seq")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return EventPage(events=rows, next_before_seq=rows[-1].seq if more else None)
+
+
+# Distinct kinds by a loose index scan of (tenant, kind, seq): one probe per kind, instead of
+# reading every event of the tenant as SELECT DISTINCT would.
+EVENT_KINDS_SQL = """
+WITH RECURSIVE kinds(kind) AS (
+    (SELECT kind FROM ledger_event WHERE tenant_id = %(tenant)s ORDER BY kind LIMIT 1)
+  UNION ALL
+    SELECT (SELECT e.kind FROM ledger_event AS e
+            WHERE e.tenant_id = %(tenant)s AND e.kind > k.kind ORDER BY e.kind LIMIT 1)
+    FROM kinds AS k WHERE k.kind IS NOT NULL
+)
+SELECT kind FROM kinds WHERE kind IS NOT NULL LIMIT %(limit)s
+"""
+
+
+def event_kinds(*, tenant: Tenant, limit: int = 200) -> list[str]:
+    """The kinds of event the tenant's ledger holds, alphabetically (for a filter's choices)."""
+    with connection.cursor() as cursor:
+        cursor.execute(EVENT_KINDS_SQL, {"tenant": tenant.pk, "limit": limit})
+        return [row[0] for row in cursor.fetchall()]

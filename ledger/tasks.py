@@ -5,12 +5,19 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from ledger.jobs import JOB_TASK_OPTIONS, Batch, JobFailed, job_progress, job_task_run
+from ledger.jobs import (
+    CHAIN_VERIFY_JOB,
+    JOB_TASK_OPTIONS,
+    Batch,
+    JobFailed,
+    job_progress,
+    job_task_run,
+)
 from ledger.models import Tenant
 from ledger.selectors import event_chain_verify
 from ledger.services import idempotency_records_expire
 
-CHAIN_JOB = "ledger.chain_verify"
+CHAIN_JOB = CHAIN_VERIFY_JOB
 
 
 @shared_task(name="ledger.tasks.idempotency_records_expire", **JOB_TASK_OPTIONS)

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
 from rest_framework.test import APIClient
 
 from config import embedded
@@ -113,3 +115,29 @@ def api_as(make_key: Callable[..., tuple[ApiKey, str]]) -> Callable[..., APIClie
         return client
 
     return client_for
+
+
+@pytest.fixture
+def client_as(db: None) -> Callable[..., Client]:
+    """A signed-in browser client of a new person with ``role`` in ``tenant`` (None: no seat)."""
+
+    def make(tenant: Tenant | None, role: str = Role.REVIEWER, username: str = "") -> Client:
+        name = username or f"{role}-{tenant.slug if tenant else 'nobody'}"
+        user = get_user_model().objects.create_user(username=name, password="not-used-1234")
+        if tenant is not None:
+            services.membership_grant(tenant=tenant, user=user, role=role)
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def reviewer_client(tenant: Tenant, client_as: Callable[..., Client]) -> Client:
+    return client_as(tenant, Role.REVIEWER)
+
+
+@pytest.fixture
+def tenant_admin_client(tenant: Tenant, client_as: Callable[..., Client]) -> Client:
+    return client_as(tenant, Role.ADMIN)

@@ -532,6 +532,8 @@ class Command(BaseCommand):
                 )
             else:
                 self._say("demo data already present")
+            for app, note in seeded.extras.items():
+                self._say(f"demo {app} data added: {note}")
             if seeded.api_key is not None:
                 notes += [
                     f"  Demo API key (tenant '{tenant.slug}', role admin): {seeded.api_key}",

@@ -1,0 +1,40 @@
+"""Forms of the ledger's pages: they parse query strings, nothing more."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django import forms
+
+from ledger.selectors import EventFilters
+
+
+class UtcDateTimeField(forms.DateTimeField):
+    """A datetime-local input read as UTC: the pages show every time in UTC."""
+
+    widget = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+
+    def to_python(self, value: Any) -> datetime | None:
+        moment = super().to_python(value)
+        return moment.replace(tzinfo=UTC) if moment and moment.tzinfo is None else moment
+
+
+class EventFilterForm(forms.Form):
+    actor = forms.CharField(required=False, max_length=200, label="Actor")
+    kind = forms.CharField(required=False, max_length=100, label="Kind")
+    run = forms.CharField(required=False, max_length=200, label="Run")
+    since = UtcDateTimeField(required=False, label="From (UTC)")
+    before = UtcDateTimeField(required=False, label="Before (UTC)")
+    # The cursor of "load more": the seq of the last event shown.
+    before_seq = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def filters(self) -> EventFilters:
+        data = self.cleaned_data
+        return EventFilters(
+            actor=data["actor"].strip(),
+            kind=data["kind"].strip(),
+            run_id=data["run"].strip(),
+            since=data["since"],
+            before=data["before"],
+        )

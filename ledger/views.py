@@ -1,0 +1,124 @@
+"""The ledger's pages: the ledger browser and the jobs page (server-rendered, HTMX partials)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from config.views import HtmxHttpRequest
+from ledger.forms import EventFilterForm
+from ledger.jobs import chain_check_status, job_statuses
+from ledger.models import Agent, Event, Membership, Role
+from ledger.selectors import (
+    EVENT_PAYLOAD_PREVIEW_CHARS,
+    event_kinds,
+    events_browse,
+    tenant_overview,
+)
+
+View = Callable[..., HttpResponse]
+# The one-line payload beside each event; the whole (bounded) payload is one click away.
+PAYLOAD_SUMMARY_CHARS = 160
+
+
+def membership_required(view: View) -> View:
+    """Signed in (else the login page) and seated in a tenant (else 403).
+
+    Every seat may read the dashboards; actions that need more check the role themselves.
+    """
+
+    @wraps(view)
+    def wrapped(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.membership is None:
+            raise PermissionDenied("You have no seat in a tenant.")
+        return view(request, *args, **kwargs)
+
+    return login_required(wrapped)
+
+
+def tenant_membership(request: HtmxHttpRequest) -> Membership:
+    # membership_required ran first; this narrows the type for the view.
+    assert request.membership is not None
+    return request.membership
+
+
+@dataclass(frozen=True)
+class EventRow:
+    event: Event
+    summary: str
+    pretty: str
+    truncated: bool
+
+
+def _event_row(event: Event) -> EventRow:
+    # Agent-written text: the template escapes both renderings like any other string.
+    compact = json.dumps(event.payload, ensure_ascii=False, separators=(", ", ": "))
+    pretty = json.dumps(event.payload, ensure_ascii=False, indent=2)
+    summary = compact if len(compact) <= PAYLOAD_SUMMARY_CHARS else compact[:PAYLOAD_SUMMARY_CHARS]
+    return EventRow(
+        event=event,
+        summary=summary + ("…" if len(compact) > PAYLOAD_SUMMARY_CHARS else ""),
+        pretty=pretty[:EVENT_PAYLOAD_PREVIEW_CHARS],
+        truncated=len(pretty) > EVENT_PAYLOAD_PREVIEW_CHARS,
+    )
+
+
+@membership_required
+@require_GET
+def ledger_browser(request: HtmxHttpRequest) -> HttpResponse:
+    tenant = tenant_membership(request).tenant
+    form = EventFilterForm(request.GET)
+    if not form.is_valid():
+        template = "ledger/partials/events.html" if request.htmx else "ledger/browser.html"
+        return render(request, template, {"form": form, "rows": []}, status=400)
+    page = events_browse(
+        tenant=tenant, filters=form.filters(), before_seq=form.cleaned_data["before_seq"]
+    )
+    # The query string of the next page: these filters with the cursor moved on.
+    query = {k: v for k, v in request.GET.items() if k != "before_seq" and v}
+    next_query = (
+        urlencode({**query, "before_seq": page.next_before_seq}) if page.next_before_seq else ""
+    )
+    context: dict[str, Any] = {
+        "form": form,
+        "rows": [_event_row(event) for event in page.events],
+        "next_query": next_query,
+        "filtered": bool(query),
+    }
+    if request.htmx and form.cleaned_data["before_seq"]:
+        return render(request, "ledger/partials/event_rows.html", context)
+    if request.htmx:
+        return render(request, "ledger/partials/events.html", context)
+    context |= {
+        "chain": chain_check_status(tenant=tenant),
+        "overview": tenant_overview(tenant=tenant, agent_limit=0),
+        "actors": Agent.objects.for_tenant(tenant)
+        .order_by("name")
+        .values_list("name", flat=True)[:500],
+        "kinds": event_kinds(tenant=tenant),
+    }
+    return render(request, "ledger/browser.html", context)
+
+
+@membership_required
+@require_GET
+def jobs_status(request: HtmxHttpRequest) -> HttpResponse:
+    membership = tenant_membership(request)
+    context = {
+        "jobs": job_statuses(),
+        # Schedules are global (one decay job serves every tenant): admins edit them in the
+        # Django admin; the page only links there.
+        "can_edit_schedules": membership.role == Role.ADMIN,
+    }
+    template = "ledger/partials/jobs_table.html" if request.htmx else "ledger/jobs.html"
+    return render(request, template, context)
