@@ -209,7 +209,8 @@ def memories_enforce_quota(
     """Archive the lowest effective-importance memories of agents over their quota."""
     moment = now or timezone.now()
     quota = limit if limit is not None else settings.MEMORY_QUOTA_PER_AGENT
-    return _quota_batch(moment, quota, None, batch_size)[0]
+    over = [agent_id for agent_id, _ in _agents_over_quota(moment, quota)]
+    return _quota_batch(moment, quota, over, batch_size)[0] if over else 0
 
 
 def memories_enforce_quota_sweep(
@@ -222,13 +223,7 @@ def memories_enforce_quota_sweep(
     """
     moment = now or timezone.now()
     quota = limit if limit is not None else settings.MEMORY_QUOTA_PER_AGENT
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT agent_id, count(*) - %(quota)s FROM memory_memory WHERE {ACTIVE_SQL}"  # noqa: S608
-            " GROUP BY agent_id HAVING count(*) > %(quota)s ORDER BY agent_id",
-            {"now": moment, "quota": quota},
-        )
-        over = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+    over = _agents_over_quota(moment, quota)
     # Agents grouped so a batch archives about batch_size rows: fewer, fuller transactions.
     groups: list[list[int]] = [[]]
     excess_in_group = 0
@@ -251,8 +246,19 @@ def memories_enforce_quota_sweep(
 ACTIVE_SQL = "archived_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)s)"
 
 
+def _agents_over_quota(moment: datetime, quota: int) -> list[tuple[int, int]]:
+    """(agent id, memories over the quota) of every agent over it, by agent id."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT agent_id, count(*) - %(quota)s FROM memory_memory WHERE {ACTIVE_SQL}"  # noqa: S608
+            " GROUP BY agent_id HAVING count(*) > %(quota)s ORDER BY agent_id",
+            {"now": moment, "quota": quota},
+        )
+        return [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+
+
 def _quota_batch(
-    moment: datetime, quota: int, agent_ids: list[int] | None, batch_size: int
+    moment: datetime, quota: int, agent_ids: list[int], batch_size: int
 ) -> tuple[int, list[int]]:
     params: dict[str, Any] = {
         "now": moment,
@@ -266,20 +272,17 @@ def _quota_batch(
         ids = _claim(
             cursor,
             f"""
-            WITH over AS (
-                SELECT agent_id, count(*) - %(quota)s AS excess FROM memory_memory
-                WHERE archived_at IS NULL
-                  AND (expires_at IS NULL OR expires_at > %(now)s)
-                  AND (%(agents)s::bigint[] IS NULL OR agent_id = ANY(%(agents)s::bigint[]))
-                GROUP BY agent_id HAVING count(*) > %(quota)s
-            ),
-            ranked AS (
-                SELECT m.id, m.tenant_id, row_number() OVER (
-                    PARTITION BY m.agent_id ORDER BY {EFFECTIVE_IMPORTANCE_SQL}, m.id
-                ) AS position, over.excess
-                FROM memory_memory AS m JOIN over USING (agent_id)
+            -- One pass over the agents' active rows both counts them and ranks them.
+            WITH ranked AS (
+                SELECT m.id, m.tenant_id,
+                       row_number() OVER (
+                           PARTITION BY m.agent_id ORDER BY {EFFECTIVE_IMPORTANCE_SQL}, m.id
+                       ) AS position,
+                       count(*) OVER (PARTITION BY m.agent_id) - %(quota)s AS excess
+                FROM memory_memory AS m
                 WHERE m.archived_at IS NULL
                   AND (m.expires_at IS NULL OR m.expires_at > %(now)s)
+                  AND m.agent_id = ANY(%(agents)s::bigint[])
             )
             SELECT id, tenant_id FROM ranked WHERE position <= excess ORDER BY id LIMIT %(batch)s
             """,  # noqa: S608 (a constant expression; every value is a parameter)
