@@ -22,8 +22,9 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 from rest_framework import status
 
@@ -404,6 +405,9 @@ class RunSavings:
     compacted_renderings: int
     tokens_full: int
     tokens_returned: int
+    # Set by content_runs_savings only: who acted in the run and its latest result.
+    agents: tuple[str, ...] = ()
+    last_result_at: datetime | None = None
 
     @property
     def tokens_saved(self) -> int:
@@ -413,24 +417,22 @@ class RunSavings:
     def saved_ratio(self) -> float:
         return self.tokens_saved / self.tokens_full if self.tokens_full else 0.0
 
+    @property
+    def returned_ratio(self) -> float:
+        return self.tokens_returned / self.tokens_full if self.tokens_full else 0.0
 
-def content_run_savings(*, tenant: Tenant, agent: Agent | None, run_id: str) -> RunSavings | None:
-    """Token counts of the run's action results: in full versus what the conversation got.
 
-    Cleared items still count; their renderings were returned all the same. None when the caller
-    has no action result in the run.
-    """
-    items = ContentItem.objects.filter(tenant=tenant, run_id=run_id, tokens_returned__isnull=False)
-    if agent is not None:
-        items = items.filter(agent=agent)
-    totals = items.aggregate(
-        count=Count("id"),
-        full=Count("id", filter=Q(rendering="full")),
-        tokens_full=Sum("tokens_full"),
-        tokens_returned=Sum("tokens_returned"),
-    )
-    if not totals["count"]:
-        return None
+# Per run: how many action results, how many went in full, and the two token counts. Cleared
+# items still count; their renderings were returned all the same.
+_SAVINGS_TOTALS = {
+    "count": Count("id"),
+    "full": Count("id", filter=Q(rendering="full")),
+    "tokens_full": Sum("tokens_full"),
+    "tokens_returned": Sum("tokens_returned"),
+}
+
+
+def _run_savings(run_id: str, totals: Mapping[str, Any], **extra: Any) -> RunSavings:
     return RunSavings(
         run_id=run_id,
         action_results=totals["count"],
@@ -438,7 +440,68 @@ def content_run_savings(*, tenant: Tenant, agent: Agent | None, run_id: str) -> 
         compacted_renderings=totals["count"] - totals["full"],
         tokens_full=totals["tokens_full"] or 0,
         tokens_returned=totals["tokens_returned"] or 0,
+        **extra,
     )
+
+
+def _action_results(tenant: Tenant) -> QuerySet[ContentItem]:
+    # Only the action-result flow records what the conversation got back.
+    return ContentItem.objects.filter(tenant=tenant, tokens_returned__isnull=False)
+
+
+def content_run_savings(*, tenant: Tenant, agent: Agent | None, run_id: str) -> RunSavings | None:
+    """Token counts of the run's action results: in full versus what the conversation got.
+
+    None when the caller has no action result in the run.
+    """
+    items = _action_results(tenant).filter(run_id=run_id)
+    if agent is not None:
+        items = items.filter(agent=agent)
+    totals = items.aggregate(**_SAVINGS_TOTALS)
+    if not totals["count"]:
+        return None
+    return _run_savings(run_id, totals)
+
+
+@dataclass(frozen=True)
+class SavingsOverview:
+    runs: list[RunSavings]
+    # Over every run with a result since ``since``, not only the listed ones.
+    total: RunSavings
+    runs_total: int
+
+
+def content_runs_savings(
+    *, tenant: Tenant, since: datetime | None, limit: int = 50
+) -> SavingsOverview:
+    """Every run's token savings, the runs with the latest results first, in two queries.
+
+    One GROUP BY over the tenant's action results since ``since`` (the (tenant, timestamp)
+    index bounds it), and one aggregate for the totals; nothing is summed in Python.
+    """
+    items = _action_results(tenant)
+    if since is not None:
+        items = items.filter(timestamp__gte=since)
+    rows = (
+        items.values("run_id")
+        .annotate(
+            **_SAVINGS_TOTALS,
+            agents=ArrayAgg("agent__name", distinct=True, order_by="agent__name"),
+            last_result_at=Max("timestamp"),
+        )
+        .order_by("-last_result_at", "run_id")[:limit]
+    )
+    runs = [
+        _run_savings(
+            row["run_id"],
+            row,
+            agents=tuple(row["agents"]),
+            last_result_at=row["last_result_at"],
+        )
+        for row in rows
+    ]
+    totals = items.aggregate(**_SAVINGS_TOTALS, runs=Count("run_id", distinct=True))
+    return SavingsOverview(runs=runs, total=_run_savings("", totals), runs_total=totals["runs"])
 
 
 # --- Transforms -------------------------------------------------------------------------------

@@ -560,11 +560,14 @@ def memories_search(
     weights: SearchWeights | None = None,
     threshold: float | None = None,
     now: datetime | None = None,
+    record_retrieval: bool = True,
 ) -> SearchOutcome:
     """Search the agent's memories, the ledger it may see and the knowledge base (SPEC 5).
 
     Without an embedder the keyword evidence alone ranks (``semantic`` is false). Returned
-    memories get their retrieval statistics updated by a task, after the response.
+    memories get their retrieval statistics updated by a task, after the response, unless
+    ``record_retrieval`` is false: a person looking through an agent's memories (the memory
+    explorer) is not the agent using them, and must not keep them from decaying.
     """
     started = time.perf_counter()
     moment = now or timezone.now()
@@ -589,7 +592,8 @@ def memories_search(
         threshold=settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold,
         now=moment,
     )[:top_k]
-    _mark_retrieved(agent, [h.id for h in hits if h.source == AGENT_MEMORY], moment)
+    if record_retrieval:
+        _mark_retrieved(agent, [h.id for h in hits if h.source == AGENT_MEMORY], moment)
     return SearchOutcome(
         hits=hits,
         semantic=vector is not None,

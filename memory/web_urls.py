@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
+
+from memory import views
 
 app_name = "memory"
 
-urlpatterns: list[URLPattern] = []
+urlpatterns: list[URLPattern] = [
+    path("", views.explorer, name="explorer"),
+    path("token-savings/", views.token_savings, name="token_savings"),
+]

@@ -1,0 +1,67 @@
+"""Forms of the memory app's pages: they parse query strings, nothing more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from memory.policies import MEMORY_TYPES
+from memory.search import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, SOURCES, WORKFLOW_STEPS
+
+SOURCE_LABELS = {
+    AGENT_MEMORY: "Agent memory",
+    AUDIT_LOG: "Audit log",
+    WORKFLOW_STEPS: "Workflow steps",
+    KNOWLEDGE_BASE: "Knowledge base",
+}
+SEARCHABLE = "searchable"
+INACTIVE = "inactive"
+
+
+class ExplorerForm(forms.Form):
+    # The agent's id is looked up in the person's tenant by the view (another tenant's is a 404).
+    agent = forms.IntegerField(required=False, min_value=1, label="Agent")
+    q = forms.CharField(required=False, max_length=1000, label="Query", strip=True)
+    sources = forms.MultipleChoiceField(
+        required=False,
+        choices=[(source, SOURCE_LABELS[source]) for source in SOURCES],
+        widget=forms.CheckboxSelectMultiple,
+        label="Sources",
+    )
+    memory_type = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any type"), *((t, t.replace("_", " ").capitalize()) for t in MEMORY_TYPES)],
+        label="Memory type",
+    )
+    status = forms.ChoiceField(
+        required=False,
+        choices=[
+            (SEARCHABLE, "Searchable: what search returns"),
+            (INACTIVE, "Archived or expired: never returned"),
+        ],
+        label="Memories",
+    )
+
+    def __init__(self, data: Any, *args: Any, **kwargs: Any) -> None:
+        # A first visit (no sources in the query string) searches every source.
+        if "sources" not in data:
+            data = data.copy()
+            data.setlist("sources", list(SOURCES))
+        super().__init__(data, *args, **kwargs)
+
+
+SAVINGS_PERIODS = {"7": 7, "30": 30, "90": 90, "all": None}
+
+
+class SavingsForm(forms.Form):
+    period = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("7", "Last 7 days"),
+            ("30", "Last 30 days"),
+            ("90", "Last 90 days"),
+            ("all", "All time"),
+        ],
+        label="Runs with results in",
+    )

@@ -1,0 +1,137 @@
+"""The memory app's pages: the memory explorer and token savings (server-rendered, HTMX)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from config.views import HtmxHttpRequest
+from ledger.models import Agent
+from ledger.views import membership_required, tenant_membership
+from memory.content_store import content_runs_savings
+from memory.forms import INACTIVE, SAVINGS_PERIODS, SOURCE_LABELS, ExplorerForm, SavingsForm
+from memory.search import SearchFilters, SearchHit, SearchWeights, memories_search
+from memory.selectors import memories_inactive
+
+EXPLORER_TOP_K = 20
+# The score terms in the order of the ranking formula, with the names people read.
+TERMS = {
+    "similarity": "Similarity",
+    "recency": "Recency",
+    "importance": "Importance",
+    "source_priority": "Source priority",
+}
+
+
+def bar_step(value: float) -> int:
+    """A share in [0, 1] as a width step of 2 %: pages.css has a class per step, because the
+    Content-Security-Policy allows no inline style attributes."""
+    return max(0, min(50, round(value * 50))) * 2
+
+
+@dataclass(frozen=True)
+class Term:
+    key: str
+    label: str
+    value: float
+    weight: float
+    contribution: float
+    step: int
+    # The term's share of the whole bar of the score (the weights sum to 1).
+    contribution_step: int
+
+
+@dataclass(frozen=True)
+class HitView:
+    hit: SearchHit
+    source_label: str
+    terms: list[Term]
+    score_step: int
+
+
+def _hit_view(hit: SearchHit, weights: SearchWeights) -> HitView:
+    terms = []
+    for key, label in TERMS.items():
+        value = hit.breakdown[key]
+        contribution = hit.contributions[key]
+        terms.append(
+            Term(
+                key=key,
+                label=label,
+                value=value,
+                weight=getattr(weights, key),
+                contribution=contribution,
+                step=bar_step(value),
+                contribution_step=bar_step(contribution),
+            )
+        )
+    return HitView(
+        hit=hit,
+        source_label=SOURCE_LABELS[hit.source],
+        terms=terms,
+        score_step=bar_step(hit.score),
+    )
+
+
+@membership_required
+@require_GET
+def explorer(request: HtmxHttpRequest) -> HttpResponse:
+    tenant = tenant_membership(request).tenant
+    form = ExplorerForm(request.GET)
+    context: dict[str, Any] = {"form": form, "terms": TERMS}
+    status = 200
+    if form.is_valid():
+        data = form.cleaned_data
+        agent = (
+            get_object_or_404(Agent.objects.for_tenant(tenant), pk=data["agent"])
+            if data["agent"]
+            else None
+        )
+        context["agent"] = agent
+        if agent is not None and data["status"] == INACTIVE:
+            context["inactive"] = memories_inactive(
+                agent=agent, query=data["q"], memory_type=data["memory_type"]
+            )
+        elif agent is not None and data["q"]:
+            weights = SearchWeights.configured()
+            context["outcome"] = memories_search(
+                agent=agent,
+                weights=weights,
+                query=data["q"],
+                top_k=EXPLORER_TOP_K,
+                sources=data["sources"],
+                filters=SearchFilters(memory_type=data["memory_type"] or None),
+                record_retrieval=False,
+            )
+            context["hits"] = [_hit_view(hit, weights) for hit in context["outcome"].hits]
+    else:
+        status = 400
+    if request.htmx:
+        return render(request, "memory/partials/explorer_results.html", context, status=status)
+    context["agents"] = list(Agent.objects.for_tenant(tenant).order_by("name")[:500])
+    return render(request, "memory/explorer.html", context, status=status)
+
+
+@membership_required
+@require_GET
+def token_savings(request: HtmxHttpRequest) -> HttpResponse:
+    tenant = tenant_membership(request).tenant
+    form = SavingsForm(request.GET)
+    period = form.cleaned_data["period"] if form.is_valid() else ""
+    days = SAVINGS_PERIODS.get(period or "30")
+    since = timezone.now() - timedelta(days=days) if days is not None else None
+    overview = content_runs_savings(tenant=tenant, since=since)
+    context = {
+        "form": form,
+        "overview": overview,
+        "rows": [(run, bar_step(run.returned_ratio)) for run in overview.runs],
+        "total_step": bar_step(overview.total.returned_ratio),
+    }
+    template = "memory/partials/savings.html" if request.htmx else "memory/token_savings.html"
+    return render(request, template, context, status=200 if form.is_valid() else 400)
