@@ -184,6 +184,10 @@ def operations(schema: dict[str, Any]) -> list[Operation]:
             for p in op.get("parameters", []):
                 param = Param(p["name"], py_type(p.get("schema", {})), p.get("description", ""))
                 if p["in"] == "path":
+                    # A view with a lookup_value_regex is published as a string path parameter
+                    # even where the ids are numbers (rounds, trust, proposals): take both.
+                    if param.annotation == "str":
+                        param.annotation = "str | int"
                     path_params.append(param)
                 elif p["in"] == "query":
                     query_params.append(param)

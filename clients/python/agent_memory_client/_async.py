@@ -243,7 +243,7 @@ class AsyncClient(AsyncTransport):
 
     async def content_items_get(
         self,
-        id: str,
+        id: str | int,
         *,
         context: int | None = None,
         end: int | None = None,
@@ -310,7 +310,7 @@ class AsyncClient(AsyncTransport):
             ),
         )
 
-    async def content_runs_get(self, id: str) -> types.RunSavings:
+    async def content_runs_get(self, id: str | int) -> types.RunSavings:
         """A run's token savings: action results in full versus what was returned.
 
         ``GET /api/v1/content/runs/{id}/``
@@ -333,7 +333,7 @@ class AsyncClient(AsyncTransport):
             ),
         )
 
-    async def content_snapshots_get(self, id: str) -> types.Snapshot:
+    async def content_snapshots_get(self, id: str | int) -> types.Snapshot:
         """A snapshot and its items' metadata.
 
         ``GET /api/v1/content/snapshots/{id}/``
@@ -344,7 +344,7 @@ class AsyncClient(AsyncTransport):
 
     async def content_snapshots_restore(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.SnapshotRestoreRequest],
@@ -432,7 +432,7 @@ class AsyncClient(AsyncTransport):
             ),
         )
 
-    async def dissents_get(self, id: str) -> types.Dissent:
+    async def dissents_get(self, id: str | int) -> types.Dissent:
         """Get a dissent with its depth.
 
         ``GET /api/v1/dissents/{id}/``
@@ -441,7 +441,7 @@ class AsyncClient(AsyncTransport):
 
     async def dissents_impact(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.DissentImpactRequest],
@@ -542,7 +542,7 @@ class AsyncClient(AsyncTransport):
             ),
         )
 
-    async def events_get(self, seq: str) -> types.Event:
+    async def events_get(self, seq: str | int) -> types.Event:
         """Get one event by its seq.
 
         ``GET /api/v1/events/{seq}/``
@@ -610,7 +610,7 @@ class AsyncClient(AsyncTransport):
             )
         )
 
-    async def flags_get(self, id: str) -> types.GamingFlag:
+    async def flags_get(self, id: str | int) -> types.GamingFlag:
         """Get a gaming flag (reviewer).
 
         ``GET /api/v1/flags/{id}/``
@@ -619,7 +619,7 @@ class AsyncClient(AsyncTransport):
 
     async def flags_review(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.GamingFlagReviewRequest],
@@ -1005,7 +1005,7 @@ class AsyncClient(AsyncTransport):
             ),
         )
 
-    async def overrides_get(self, id: str) -> types.Override:
+    async def overrides_get(self, id: str | int) -> types.Override:
         """Get an override.
 
         ``GET /api/v1/overrides/{id}/``
@@ -1014,7 +1014,7 @@ class AsyncClient(AsyncTransport):
 
     async def overrides_revert(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.OverrideRevertRequest],
@@ -1129,7 +1129,7 @@ class AsyncClient(AsyncTransport):
             ),
         )
 
-    async def rounds_get(self, id: str) -> types.Round:
+    async def rounds_get(self, id: str | int) -> types.Round:
         """Get a round with its participants and output versions.
 
         ``GET /api/v1/rounds/{id}/``
@@ -1138,7 +1138,7 @@ class AsyncClient(AsyncTransport):
 
     async def rounds_finalize(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.RoundFinalizeRequest],
@@ -1161,7 +1161,7 @@ class AsyncClient(AsyncTransport):
 
     async def rounds_versions(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.RoundVersionRequest],
@@ -1260,7 +1260,7 @@ class AsyncClient(AsyncTransport):
             ),
         )
 
-    async def rubric_proposals_get(self, id: str) -> types.RubricProposal:
+    async def rubric_proposals_get(self, id: str | int) -> types.RubricProposal:
         """Get a rubric proposal.
 
         ``GET /api/v1/rubric-proposals/{id}/``
@@ -1272,7 +1272,7 @@ class AsyncClient(AsyncTransport):
 
     async def rubric_proposals_accept(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.RubricProposalDecisionRequest],
@@ -1295,7 +1295,7 @@ class AsyncClient(AsyncTransport):
 
     async def rubric_proposals_reject(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.RubricProposalDecisionRequest],
@@ -1325,7 +1325,7 @@ class AsyncClient(AsyncTransport):
             "list[types.RubricVersion]", await self.request(Call("GET", "/rubric/versions/"))
         )
 
-    async def rubric_versions_get(self, number: str) -> types.RubricVersion:
+    async def rubric_versions_get(self, number: str | int) -> types.RubricVersion:
         """One rubric version by its number.
 
         ``GET /api/v1/rubric/versions/{number}/``
@@ -1355,14 +1355,14 @@ class AsyncClient(AsyncTransport):
         """Every item of ``trust_list``, page after page."""
         return self.paginate(lambda cursor: self.trust_list(page_size=page_size, cursor=cursor))
 
-    async def trust_get(self, id: str) -> types.TrustDetail:
+    async def trust_get(self, id: str | int) -> types.TrustDetail:
         """An agent's trust: score, its terms, history, statistics, recent evidence.
 
         ``GET /api/v1/trust/{id}/``
         """
         return cast("types.TrustDetail", await self.request(Call("GET", f"/trust/{segment(id)}/")))
 
-    async def trust_export(self, id: str) -> dict[str, Any]:
+    async def trust_export(self, id: str | int) -> dict[str, Any]:
         """Export the agent as the design note's per-agent document.
 
         ``GET /api/v1/trust/{id}/export/``

@@ -235,7 +235,7 @@ class Client(SyncTransport):
 
     def content_items_get(
         self,
-        id: str,
+        id: str | int,
         *,
         context: int | None = None,
         end: int | None = None,
@@ -302,7 +302,7 @@ class Client(SyncTransport):
             ),
         )
 
-    def content_runs_get(self, id: str) -> types.RunSavings:
+    def content_runs_get(self, id: str | int) -> types.RunSavings:
         """A run's token savings: action results in full versus what was returned.
 
         ``GET /api/v1/content/runs/{id}/``
@@ -323,7 +323,7 @@ class Client(SyncTransport):
             ),
         )
 
-    def content_snapshots_get(self, id: str) -> types.Snapshot:
+    def content_snapshots_get(self, id: str | int) -> types.Snapshot:
         """A snapshot and its items' metadata.
 
         ``GET /api/v1/content/snapshots/{id}/``
@@ -334,7 +334,7 @@ class Client(SyncTransport):
 
     def content_snapshots_restore(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.SnapshotRestoreRequest],
@@ -418,7 +418,7 @@ class Client(SyncTransport):
             self.request(Call("POST", "/dissents/", body=body, idempotency_key=idempotency_key)),
         )
 
-    def dissents_get(self, id: str) -> types.Dissent:
+    def dissents_get(self, id: str | int) -> types.Dissent:
         """Get a dissent with its depth.
 
         ``GET /api/v1/dissents/{id}/``
@@ -427,7 +427,7 @@ class Client(SyncTransport):
 
     def dissents_impact(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.DissentImpactRequest],
@@ -526,7 +526,7 @@ class Client(SyncTransport):
             self.request(Call("POST", "/events/", body=body, idempotency_key=idempotency_key)),
         )
 
-    def events_get(self, seq: str) -> types.Event:
+    def events_get(self, seq: str | int) -> types.Event:
         """Get one event by its seq.
 
         ``GET /api/v1/events/{seq}/``
@@ -594,7 +594,7 @@ class Client(SyncTransport):
             )
         )
 
-    def flags_get(self, id: str) -> types.GamingFlag:
+    def flags_get(self, id: str | int) -> types.GamingFlag:
         """Get a gaming flag (reviewer).
 
         ``GET /api/v1/flags/{id}/``
@@ -603,7 +603,7 @@ class Client(SyncTransport):
 
     def flags_review(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.GamingFlagReviewRequest],
@@ -981,7 +981,7 @@ class Client(SyncTransport):
             self.request(Call("POST", "/overrides/", body=body, idempotency_key=idempotency_key)),
         )
 
-    def overrides_get(self, id: str) -> types.Override:
+    def overrides_get(self, id: str | int) -> types.Override:
         """Get an override.
 
         ``GET /api/v1/overrides/{id}/``
@@ -990,7 +990,7 @@ class Client(SyncTransport):
 
     def overrides_revert(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.OverrideRevertRequest],
@@ -1098,7 +1098,7 @@ class Client(SyncTransport):
             self.request(Call("POST", "/rounds/", body=body, idempotency_key=idempotency_key)),
         )
 
-    def rounds_get(self, id: str) -> types.Round:
+    def rounds_get(self, id: str | int) -> types.Round:
         """Get a round with its participants and output versions.
 
         ``GET /api/v1/rounds/{id}/``
@@ -1107,7 +1107,7 @@ class Client(SyncTransport):
 
     def rounds_finalize(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.RoundFinalizeRequest],
@@ -1130,7 +1130,7 @@ class Client(SyncTransport):
 
     def rounds_versions(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.RoundVersionRequest],
@@ -1227,7 +1227,7 @@ class Client(SyncTransport):
             ),
         )
 
-    def rubric_proposals_get(self, id: str) -> types.RubricProposal:
+    def rubric_proposals_get(self, id: str | int) -> types.RubricProposal:
         """Get a rubric proposal.
 
         ``GET /api/v1/rubric-proposals/{id}/``
@@ -1238,7 +1238,7 @@ class Client(SyncTransport):
 
     def rubric_proposals_accept(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.RubricProposalDecisionRequest],
@@ -1261,7 +1261,7 @@ class Client(SyncTransport):
 
     def rubric_proposals_reject(
         self,
-        id: str,
+        id: str | int,
         *,
         idempotency_key: str | None = None,
         **body: Unpack[types.RubricProposalDecisionRequest],
@@ -1289,7 +1289,7 @@ class Client(SyncTransport):
         """
         return cast("list[types.RubricVersion]", self.request(Call("GET", "/rubric/versions/")))
 
-    def rubric_versions_get(self, number: str) -> types.RubricVersion:
+    def rubric_versions_get(self, number: str | int) -> types.RubricVersion:
         """One rubric version by its number.
 
         ``GET /api/v1/rubric/versions/{number}/``
@@ -1316,14 +1316,14 @@ class Client(SyncTransport):
         """Every item of ``trust_list``, page after page."""
         return self.paginate(lambda cursor: self.trust_list(page_size=page_size, cursor=cursor))
 
-    def trust_get(self, id: str) -> types.TrustDetail:
+    def trust_get(self, id: str | int) -> types.TrustDetail:
         """An agent's trust: score, its terms, history, statistics, recent evidence.
 
         ``GET /api/v1/trust/{id}/``
         """
         return cast("types.TrustDetail", self.request(Call("GET", f"/trust/{segment(id)}/")))
 
-    def trust_export(self, id: str) -> dict[str, Any]:
+    def trust_export(self, id: str | int) -> dict[str, Any]:
         """Export the agent as the design note's per-agent document.
 
         ``GET /api/v1/trust/{id}/export/``
