@@ -21,7 +21,7 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
-from django.db.models.functions import Cast, Coalesce
+from django.db.models.functions import Cast, Coalesce, Left
 from django.utils import timezone
 
 from config.api import ApiError
@@ -403,7 +403,9 @@ def trust_chart(*, agent: Agent, limit: int = CHART_POINTS) -> list[TrustPoint]:
     elif changes and changes[0][2] == "initial":
         previous = None
     else:
-        points.append(TrustPoint(at=agent.created_at, score=PRIOR, reason="initial", previous=None))
+        # Imported or backdated history may start before the agent's row was created.
+        start = min([agent.created_at, *(at for at, _, _ in changes[:1])])
+        points.append(TrustPoint(at=start, score=PRIOR, reason="initial", previous=None))
         previous = PRIOR
     for at, score, reason in changes:
         points.append(TrustPoint(at=at, score=score, reason=reason, previous=previous))
@@ -450,10 +452,29 @@ def agent_dissents(*, agent: Agent) -> QuerySet[Dissent]:
     )
 
 
-def agent_overrides(*, agent: Agent) -> QuerySet[Override]:
-    return Override.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by(
-        "-occurred_at", "-id"
+OVERRIDE_HEAD_CHARS = 161  # the pages show 160 characters of an override's texts
+
+
+def _with_heads(overrides: QuerySet[Override]) -> QuerySet[Override]:
+    """The start of each override's texts (``agent_output_head``, ``human_decision_head``)
+    instead of the whole texts, which may hold 20,000 characters each."""
+    return overrides.defer("agent_output", "human_decision", "context").annotate(
+        agent_output_head=Left("agent_output", OVERRIDE_HEAD_CHARS),
+        human_decision_head=Left("human_decision", OVERRIDE_HEAD_CHARS),
     )
+
+
+def agent_overrides(*, agent: Agent) -> QuerySet[Override]:
+    return _with_heads(
+        Override.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by(
+            "-occurred_at", "-id"
+        )
+    )
+
+
+def overrides_for_review(*, tenant: Tenant) -> QuerySet[Override]:
+    """The tenant's overrides as the review queue's rows show them."""
+    return _with_heads(Override.objects.filter(tenant=tenant).select_related("agent", "tenant"))
 
 
 def agent_gaming_flags(*, agent: Agent, limit: int = 10) -> list[GamingFlag]:
@@ -466,10 +487,8 @@ def overrides_waiting(*, tenant: Tenant, now: datetime | None = None) -> QuerySe
     """Open overrides whose regret check is still ahead, the nearest deadline first."""
     moment = now or timezone.now()
     return (
-        Override.objects.filter(
-            tenant=tenant, reverted_at__isnull=True, auto_check_deadline__gt=moment
-        )
-        .select_related("agent")
+        overrides_for_review(tenant=tenant)
+        .filter(reverted_at__isnull=True, auto_check_deadline__gt=moment)
         .order_by("auto_check_deadline", "id")
     )
 
@@ -481,11 +500,9 @@ def overrides_recent(
     deadline), newest first."""
     moment = now or timezone.now()
     return list(
-        Override.objects.filter(
-            tenant=tenant, occurred_at__gt=moment - timedelta(days=REVIEW_RECENT_DAYS)
-        )
+        overrides_for_review(tenant=tenant)
+        .filter(occurred_at__gt=moment - timedelta(days=REVIEW_RECENT_DAYS))
         .filter(Q(reverted_at__isnull=False) | Q(auto_check_deadline__lte=moment))
-        .select_related("agent")
         .order_by("-occurred_at", "-id")[:limit]
     )
 

@@ -34,6 +34,7 @@ AGENTS_PER_PAGE = 25
 EVIDENCE_PER_PAGE = 20
 WAITING_PER_PAGE = 25
 SPARKLINE_WIDTH, SPARKLINE_HEIGHT = 100, 24
+SPARKLINE_MIN_SPAN = 0.1
 # The overview's sortable columns: (label, sort key, first direction: the interesting end first).
 OVERVIEW_COLUMNS = [
     ("Agent", "name", ""),
@@ -88,14 +89,19 @@ def _sort_columns(current: str) -> dict[str, dict[str, str]]:
 
 
 def _sparkline(scores: list[float]) -> str:
-    """SVG polyline points for scores in [0, 1], drawn left to right across the box."""
+    """SVG polyline points for the scores, left to right. The vertical range is the series' own
+    (at least SPARKLINE_MIN_SPAN wide), so a trend of a few hundredths still shows."""
     if not scores:
         return ""
     if len(scores) == 1:
         scores = scores * 2
+    low, high = min(scores), max(scores)
+    middle, span = (low + high) / 2, max(high - low, SPARKLINE_MIN_SPAN)
+    bottom = middle - span / 2
     step = SPARKLINE_WIDTH / (len(scores) - 1)
+    drawable = SPARKLINE_HEIGHT - 4  # 2 px of room above and below for the stroke
     return " ".join(
-        f"{i * step:.1f},{(1 - score) * (SPARKLINE_HEIGHT - 2) + 1:.1f}"
+        f"{i * step:.1f},{2 + (1 - (score - bottom) / span) * drawable:.1f}"
         for i, score in enumerate(scores)
     )
 
@@ -256,9 +262,7 @@ def _answer(
 
 def _override_of(request: HtmxHttpRequest, pk: int) -> Override:
     override: Override = get_object_or_404(
-        Override.objects.select_related("agent", "tenant"),
-        tenant=_membership(request).tenant,
-        pk=pk,
+        selectors.overrides_for_review(tenant=_membership(request).tenant), pk=pk
     )
     return override
 
