@@ -867,3 +867,7 @@ class TrustRecomputeRequest(TypedDict):
 
 class TrustRecomputed(TypedDict):
     changed: int
+
+
+class Error(TypedDict):
+    error: Any
