@@ -164,16 +164,21 @@ def load(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
     return {"user": user, "agent": busiest}
 
 
-def measure(client: Any, path: str, runs: int, headers: dict[str, str]) -> tuple[list[float], int]:
+def measure(
+    client: Any, path: str, runs: int, headers: dict[str, str]
+) -> tuple[list[float], list[tuple[float, str]]]:
     from django.db import connection
 
     for _ in range(WARM_UP):
         assert client.get(path, **headers).status_code == 200, path
-    queries: list[str] = []
+    queries: list[tuple[float, str]] = []
 
     def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        queries.append(sql)
-        return execute(sql, params, many, context)
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            queries.append(((time.perf_counter() - started) * 1000, sql))
 
     with connection.execute_wrapper(count):
         client.get(path, **headers)
@@ -183,7 +188,7 @@ def measure(client: Any, path: str, runs: int, headers: dict[str, str]) -> tuple
         response = client.get(path, **headers)
         times.append((time.perf_counter() - started) * 1000)
         assert response.status_code == 200, path
-    return times, len(queries)
+    return times, queries
 
 
 def main() -> None:
@@ -236,7 +241,8 @@ def main() -> None:
         print(f"load average before timing: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         results = []
         for name, path, headers in pages:
-            times, queries = measure(client, path, args.runs, headers)
+            times, timed = measure(client, path, args.runs, headers)
+            queries = len(timed)
             p50, p95 = percentile(times, 0.5), percentile(times, 0.95)
             met = "met" if p95 <= TARGET_P95_MS else "NOT met"
             results.append(
@@ -244,6 +250,12 @@ def main() -> None:
                 f"  {queries:2d} SQL queries  (target p95 <= {TARGET_P95_MS:.0f} ms: {met})"
             )
             print(results[-1], flush=True)
+            sql_ms = sum(ms for ms, _ in timed)
+            slowest = max(timed)
+            print(
+                f"      SQL {sql_ms:.1f} ms of one request; slowest {slowest[0]:.1f} ms:"
+                f" {' '.join(slowest[1].split())[:160]}"
+            )
         print(f"load average after timing: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(
             f"data: {args.agents} agents, {args.dissents:,} dissents, {args.overrides:,} overrides"

@@ -494,7 +494,7 @@ def overrides_waiting(*, tenant: Tenant, now: datetime | None = None) -> QuerySe
 
 
 def overrides_recent(
-    *, tenant: Tenant, now: datetime | None = None, limit: int = 25
+    *, tenant: Tenant, now: datetime | None = None, limit: int = 20
 ) -> list[Override]:
     """Overrides of the last REVIEW_RECENT_DAYS that are settled (reverted, or past their
     deadline), newest first."""

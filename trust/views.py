@@ -32,7 +32,7 @@ from trust.models import GamingFlag, Override, RubricProposal
 
 AGENTS_PER_PAGE = 25
 EVIDENCE_PER_PAGE = 20
-WAITING_PER_PAGE = 25
+WAITING_PER_PAGE = 20
 SPARKLINE_WIDTH, SPARKLINE_HEIGHT = 100, 24
 SPARKLINE_MIN_SPAN = 0.1
 # The overview's sortable columns: (label, sort key, first direction: the interesting end first).
@@ -205,19 +205,14 @@ def agent_export(request: HtmxHttpRequest, pk: int) -> JsonResponse:
 # --- Review queue ------------------------------------------------------------------------------
 
 
-def _override_rows(
-    request: HtmxHttpRequest, overrides: list[Override], now: Any
-) -> list[dict[str, Any]]:
+def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[list[dict[str, Any]]]:
+    """Each group of overrides as rows with their confirmations (one query for all groups)."""
     confirmed = selectors.override_confirmations(
-        tenant=_membership(request).tenant, override_ids=[o.pk for o in overrides]
+        tenant=_membership(request).tenant,
+        override_ids=[o.pk for group in groups for o in group],
     )
     return [
-        {
-            "override": o,
-            "confirmation": confirmed.get(o.pk),
-            "waiting": o.reverted_at is None and o.auto_check_deadline > now,
-        }
-        for o in overrides
+        [{"override": o, "confirmation": confirmed.get(o.pk)} for o in group] for group in groups
     ]
 
 
@@ -230,17 +225,17 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     waiting_page = waiting.get_page(request.GET.get("waiting"))
     context: dict[str, Any] = {
         "waiting": waiting_page,
-        "waiting_rows": _override_rows(request, list(waiting_page), now),
         "now": now,
         "nav_section": "review",
         "is_admin": Role.allows(_membership(request).role, Role.ADMIN),
     }
     if request.htmx and request.htmx.target == "waiting":
+        (context["waiting_rows"],) = _override_rows(request, list(waiting_page))
         return render(request, "trust/partials/waiting_overrides.html", context)
+    context["waiting_rows"], context["recent_rows"] = _override_rows(
+        request, list(waiting_page), selectors.overrides_recent(tenant=tenant, now=now)
+    )
     context.update(
-        recent_rows=_override_rows(
-            request, selectors.overrides_recent(tenant=tenant, now=now), now
-        ),
         flags=selectors.gaming_flags_open(tenant=tenant),
         proposals=selectors.rubric_proposals_pending(tenant=tenant),
         recent_days=selectors.REVIEW_RECENT_DAYS,
@@ -270,8 +265,8 @@ def _override_of(request: HtmxHttpRequest, pk: int) -> Override:
 def _override_answer(request: HtmxHttpRequest, override: Override, error: str) -> HttpResponse:
     override.refresh_from_db()
     now = timezone.now()
-    rows = _override_rows(request, [override], now)
-    return _answer(request, "trust/partials/override_row.html", {"row": rows[0], "now": now}, error)
+    ((row,),) = _override_rows(request, [override])
+    return _answer(request, "trust/partials/override_row.html", {"row": row, "now": now}, error)
 
 
 @require_POST

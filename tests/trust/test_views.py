@@ -358,7 +358,7 @@ def test_the_waiting_partial_pages(login, agent):
 
     assert response.status_code == 200
     assert "<html" not in response.content.decode()
-    assert len(response.context["waiting_rows"]) == 5
+    assert len(response.context["waiting_rows"]) == 10
     assertContains(response, "Page 2 of 2")
 
 
