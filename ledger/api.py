@@ -106,7 +106,10 @@ class AgentViewSet(
         summary="Create an API key (admin); the secret is in this response only",
         responses={201: ApiKeyCreatedSerializer},
     ),
-    revoke=extend_schema(summary="Revoke an API key (admin); effective on its next request"),
+    # No body: the viewset's serializer would otherwise be documented as a required request.
+    revoke=extend_schema(
+        summary="Revoke an API key (admin); effective on its next request", request=None
+    ),
 )
 class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
     queryset = ApiKey.objects.select_related("agent")
