@@ -13,6 +13,7 @@ from agent_memory_client import (
     RetryPolicy,
     ServiceUnavailableError,
     TransportError,
+    types,
 )
 
 from ledger.models import Agent, Event
@@ -94,7 +95,7 @@ def test_it_retries_connection_errors_then_raises_a_transport_error():
 
 
 def test_the_async_client_retries_503_with_the_same_key(service, tenant_keys):
-    async def scenario(url: str) -> dict:
+    async def scenario(url: str) -> types.Event:
         delays: list[float] = []
 
         async def sleep(seconds: float) -> None:

@@ -4,11 +4,11 @@ interchange, the Devil's Advocate, metrics, gaming flags, the rubric and its pro
 from __future__ import annotations
 
 import pytest
-from agent_memory_client import Client, ConflictError, NotFoundError, PermissionDeniedError
+from agent_memory_client import Client, ConflictError, NotFoundError, PermissionDeniedError, types
 
 from trust.models import Dissent
 
-CRITERIA = [
+CRITERIA: list[types.RubricCriterionRequest] = [
     {"name": "correctness", "description": "The output is right."},
     {"name": "security", "description": "No secrets leak."},
     {"name": "clarity", "description": "A reader follows it."},

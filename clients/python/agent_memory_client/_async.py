@@ -149,9 +149,7 @@ class AsyncClient(AsyncTransport):
         """
         return cast("types.ApiKey", await self.request(Call("GET", f"/api-keys/{segment(id)}/")))
 
-    async def api_keys_revoke(
-        self, id: int, *, idempotency_key: str | None = None, **body: Unpack[types.ApiKeyRequest]
-    ) -> types.ApiKey:
+    async def api_keys_revoke(self, id: int, *, idempotency_key: str | None = None) -> types.ApiKey:
         """Revoke an API key (admin); effective on its next request.
 
         ``POST /api/v1/api-keys/{id}/revoke/``
@@ -159,12 +157,7 @@ class AsyncClient(AsyncTransport):
         return cast(
             "types.ApiKey",
             await self.request(
-                Call(
-                    "POST",
-                    f"/api-keys/{segment(id)}/revoke/",
-                    body=body,
-                    idempotency_key=idempotency_key,
-                )
+                Call("POST", f"/api-keys/{segment(id)}/revoke/", idempotency_key=idempotency_key)
             ),
         )
 

@@ -141,9 +141,7 @@ class Client(SyncTransport):
         """
         return cast("types.ApiKey", self.request(Call("GET", f"/api-keys/{segment(id)}/")))
 
-    def api_keys_revoke(
-        self, id: int, *, idempotency_key: str | None = None, **body: Unpack[types.ApiKeyRequest]
-    ) -> types.ApiKey:
+    def api_keys_revoke(self, id: int, *, idempotency_key: str | None = None) -> types.ApiKey:
         """Revoke an API key (admin); effective on its next request.
 
         ``POST /api/v1/api-keys/{id}/revoke/``
@@ -151,12 +149,7 @@ class Client(SyncTransport):
         return cast(
             "types.ApiKey",
             self.request(
-                Call(
-                    "POST",
-                    f"/api-keys/{segment(id)}/revoke/",
-                    body=body,
-                    idempotency_key=idempotency_key,
-                )
+                Call("POST", f"/api-keys/{segment(id)}/revoke/", idempotency_key=idempotency_key)
             ),
         )
 
