@@ -1,4 +1,12 @@
 # The app image for docker-compose.yml: one image, run as migrate, web, worker or beat.
+
+# The dashboards' browser assets (Chart.js) from npm, pinned by package-lock.json; only their
+# files reach the app image, not Node.
+FROM node:20-slim AS assets
+WORKDIR /assets
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -15,6 +23,8 @@ COPY pyproject.toml README.md ./
 RUN pip install .
 
 COPY . .
+# settings.STATICFILES_DIRS serves them from here (collectstatic copies them at migrate).
+COPY --from=assets /assets/node_modules/chart.js/dist ./node_modules/chart.js/dist
 
 # /data is the app-data volume: static files and the generated secret key.
 # A fresh named volume takes this folder's owner, so the app user can write to it.
