@@ -52,9 +52,17 @@ class ExplorerForm(forms.Form):
 
 
 SAVINGS_PERIODS = {"7": 7, "30": 30, "90": 90, "all": None}
+DEFAULT_PERIOD = "30"
 
 
 class SavingsForm(forms.Form):
+    def __init__(self, data: Any, *args: Any, **kwargs: Any) -> None:
+        # A first visit shows the last 30 days, and the select says so.
+        if "period" not in data:
+            data = data.copy()
+            data["period"] = DEFAULT_PERIOD
+        super().__init__(data, *args, **kwargs)
+
     period = forms.ChoiceField(
         required=False,
         choices=[

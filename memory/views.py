@@ -15,7 +15,14 @@ from config.views import HtmxHttpRequest
 from ledger.models import Agent
 from ledger.views import membership_required, tenant_membership
 from memory.content_store import content_runs_savings
-from memory.forms import INACTIVE, SAVINGS_PERIODS, SOURCE_LABELS, ExplorerForm, SavingsForm
+from memory.forms import (
+    DEFAULT_PERIOD,
+    INACTIVE,
+    SAVINGS_PERIODS,
+    SOURCE_LABELS,
+    ExplorerForm,
+    SavingsForm,
+)
 from memory.search import SearchFilters, SearchHit, SearchWeights, memories_search
 from memory.selectors import memories_inactive
 
@@ -124,7 +131,7 @@ def token_savings(request: HtmxHttpRequest) -> HttpResponse:
     tenant = tenant_membership(request).tenant
     form = SavingsForm(request.GET)
     period = form.cleaned_data["period"] if form.is_valid() else ""
-    days = SAVINGS_PERIODS.get(period or "30")
+    days = SAVINGS_PERIODS[period or DEFAULT_PERIOD]
     since = timezone.now() - timedelta(days=days) if days is not None else None
     overview = content_runs_savings(tenant=tenant, since=since)
     context = {

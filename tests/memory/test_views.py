@@ -264,9 +264,9 @@ def test_it_shows_full_versus_returned_tokens_per_run(
         savings = content_run_savings(tenant=tenant, agent=None, run_id=run_id)
         assert savings is not None
         row = body[body.index(f">{run_id}</a>") :].split("</tr>")[0]
-        assert f'<td class="num">{savings.tokens_full}</td>' in row
-        assert f'<td class="num">{savings.tokens_returned}</td>' in row
-        assert f"<strong>{savings.tokens_saved}</strong>" in row
+        assert f'<td class="num">{savings.tokens_full:,}</td>' in row
+        assert f'<td class="num">{savings.tokens_returned:,}</td>' in row
+        assert f"<strong>{savings.tokens_saved:,}</strong>" in row
     run_a = content_run_savings(tenant=tenant, agent=None, run_id="run-a")
     assert run_a.tokens_saved > 0
     assert run_a.compacted_renderings == 2
@@ -305,6 +305,8 @@ def test_the_period_leaves_out_older_runs(agent, reviewer_client):
     assert "run-new" in week.content.decode()
     assert "<html" not in week.content.decode()
     assertContains(month, "run-old")
+    assertContains(month, '<option value="30" selected>')
+    assertContains(reviewer_client.get("/memory/token-savings/"), '<option value="30" selected>')
     assert reviewer_client.get("/memory/token-savings/", {"period": "1y"}).status_code == 400
 
 
