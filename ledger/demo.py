@@ -379,7 +379,13 @@ def demo_data_seed(*, tenant: Tenant) -> DemoSeeded:
         existing = set(Agent.objects.for_tenant(tenant).values_list("name", flat=True))
         for spec in _DEMO_AGENTS:
             if spec["name"] not in existing:
-                agent_create(tenant=tenant, actor=SYSTEM_ACTOR, **spec)
+                agent_create(
+                    tenant=tenant,
+                    actor=SYSTEM_ACTOR,
+                    name=spec["name"],
+                    model=spec["model"],
+                    primary_role=spec["primary_role"],
+                )
                 agents_created.append(spec["name"])
         started = set(
             Event.objects.for_tenant(tenant)
