@@ -47,9 +47,17 @@ def unavailable_dependency(exc: BaseException | None) -> str | None:
     return None
 
 
-def service_unavailable(request: HttpRequest, dependency: str) -> HttpResponse:
+def service_unavailable(
+    request: HttpRequest, dependency: str, exc: BaseException | None = None
+) -> HttpResponse:
+    # The exception's class and first line, never its traceback: an outage is not a bug.
+    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}" if exc else ""
     logger.warning(
-        "%s unavailable: answered %s %s with 503", dependency, request.method, request.path
+        "%s unavailable (%s): answered %s %s with 503",
+        dependency,
+        reason,
+        request.method,
+        request.path,
     )
     response: HttpResponse
     if request.path.startswith("/api/"):
@@ -88,10 +96,11 @@ class DependencyOutageMiddleware:
         dependency = unavailable_dependency(exception)
         if dependency is None:
             return None
-        return service_unavailable(request, dependency)
+        return service_unavailable(request, dependency, exception)
 
 
 def outage_response(request: HttpRequest) -> HttpResponse | None:
     """From inside Django's 500 handler: a 503 when the exception being handled is an outage."""
-    dependency = unavailable_dependency(sys.exc_info()[1])
-    return None if dependency is None else service_unavailable(request, dependency)
+    exception = sys.exc_info()[1]
+    dependency = unavailable_dependency(exception)
+    return None if dependency is None else service_unavailable(request, dependency, exception)

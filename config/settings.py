@@ -216,6 +216,9 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["ledger.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["ledger.permissions.HasRequiredRole"],
     "DEFAULT_THROTTLE_CLASSES": ["config.ratelimit.ApiKeyRateThrottle"],
+    # No OPTIONS metadata: the OpenAPI schema describes the API, and DRF's introspection failed
+    # (500) on views without one serializer. OPTIONS answers 405 method_not_allowed.
+    "DEFAULT_METADATA_CLASS": None,
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "config.api.CursorPagination",
@@ -241,6 +244,11 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # Two choice sets share the field name "role"; named here so the schema's enum names are
     # stable (and `check --deploy --fail-level WARNING` has nothing to warn about).
+    # The default enum hook, then every operation's error answers (config.schema).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.schema.document_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ApiKeyRoleEnum": "ledger.models.Role",
         "MemoryRoleEnum": "memory.models.MemoryRole",

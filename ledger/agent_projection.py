@@ -10,12 +10,17 @@ the trust app's projection and are left alone here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Agent, Event, Tenant
+
+
+def _parsed(value: str | None) -> datetime | None:
+    return None if value is None else parse_datetime(value)
 
 _FIELDS = ("name", "model", "primary_role", "probation_until")
 
@@ -42,13 +47,13 @@ class AgentProjection:
                     "name": event.payload["name"],
                     "model": event.payload.get("model", ""),
                     "primary_role": event.payload.get("primary_role", ""),
-                    "probation_until": None,
+                    "probation_until": _parsed(event.payload.get("probation_until")),
                     "created_at": event.created_at,
                 }
             elif event.kind == "agent.updated" and agent_id in self._replayed:
                 for field, value in event.payload["changes"].items():
-                    if field == "probation_until" and value is not None:
-                        value = parse_datetime(value)
+                    if field == "probation_until":
+                        value = _parsed(value)
                     self._replayed[agent_id][field] = value
             elif event.kind == "agent.deleted":
                 self._replayed.pop(agent_id, None)

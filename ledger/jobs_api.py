@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -49,6 +49,13 @@ class JobStatusSerializer(serializers.Serializer[Any]):
     last_runs = JobRunSerializer(many=True, help_text="Newest first, at most 5.")
 
 
+# many=False: the answer is one object holding the list, though it comes from a "list" action
+# (drf-spectacular would otherwise document it as an array, and clients would expect one).
+@extend_schema_serializer(many=False)
+class JobListSerializer(serializers.Serializer[Any]):
+    results = JobStatusSerializer(many=True)
+
+
 class JobViewSet(TenantScopedViewSet):
     read_role = Role.ADMIN
     serializer_class = JobStatusSerializer
@@ -56,7 +63,7 @@ class JobViewSet(TenantScopedViewSet):
 
     @extend_schema(
         summary="Background jobs: schedule, last runs, next due time, health (admin)",
-        responses=inline_serializer("JobList", {"results": JobStatusSerializer(many=True)}),
+        responses=JobListSerializer,
     )
     def list(self, request: Request) -> Response:
         # No queryset to narrow by tenant: the statuses are global and carry no tenant data.

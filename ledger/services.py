@@ -226,23 +226,31 @@ def _agent_name_taken(tenant: Tenant, name: str) -> Conflict:
 
 
 def agent_create(
-    *, tenant: Tenant, name: str, actor: str, model: str = "", primary_role: str = ""
+    *,
+    tenant: Tenant,
+    name: str,
+    actor: str,
+    model: str = "",
+    primary_role: str = "",
+    probation_until: datetime | None = None,
 ) -> Agent:
+    payload: dict[str, Any] = {"name": name, "model": model, "primary_role": primary_role}
+    if probation_until is not None:
+        payload["probation_until"] = probation_until.isoformat()
     try:
         with transaction.atomic():
             agent = Agent.objects.create(
-                tenant=tenant, name=name, model=model, primary_role=primary_role
+                tenant=tenant,
+                name=name,
+                model=model,
+                primary_role=primary_role,
+                probation_until=probation_until,
             )
             event_append(
                 tenant=tenant,
                 kind="agent.registered",
                 actor=actor,
-                payload={
-                    "agent_id": agent.pk,
-                    "name": name,
-                    "model": model,
-                    "primary_role": primary_role,
-                },
+                payload={"agent_id": agent.pk, **payload},
             )
     except IntegrityError as exc:
         raise _agent_name_taken(tenant, name) from exc

@@ -85,7 +85,8 @@ class RecallViewSet(AgentActionViewSet):
     @extend_schema(
         summary="Recall what an agent remembers of a run (episodic or salience)",
         request=RecallRequestSerializer,
-        responses=RecallResultSerializer,
+        # Answers 200: a read (or an assembly) sent as POST, nothing is created.
+        responses={200: RecallResultSerializer},
     )
     def create(self, request: Request) -> Response:
         serializer = RecallRequestSerializer(data=request.data)

@@ -153,7 +153,8 @@ class ContextViewSet(AgentActionViewSet):
         "memories, then 2 KB chunks, logging each cut as a context.truncated event; if it "
         "still does not fit: 422 context_budget_exceeded.",
         request=ContextRequestSerializer,
-        responses=ContextResultSerializer,
+        # Answers 200: a read (or an assembly) sent as POST, nothing is created.
+        responses={200: ContextResultSerializer},
         parameters=[IDEMPOTENCY_PARAMETER],
     )
     def create(self, request: Request) -> Response:

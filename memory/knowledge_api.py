@@ -160,7 +160,8 @@ class KnowledgeSearchViewSet(TenantScopedViewSet):
         description="Hybrid: the nearest chunks by embedding (HNSW) and the full-text matches "
         "of any query word, fused into one score; chunks with the same text collapse.",
         request=KnowledgeSearchRequestSerializer,
-        responses=KnowledgeSearchResultSerializer,
+        # Answers 200: a read (or an assembly) sent as POST, nothing is created.
+        responses={200: KnowledgeSearchResultSerializer},
     )
     def create(self, request: Request) -> Response:
         serializer = KnowledgeSearchRequestSerializer(data=request.data)

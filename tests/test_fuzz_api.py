@@ -1,0 +1,103 @@
+"""API fuzzing with schemathesis from the service's own OpenAPI schema.
+
+Every operation is called with generated requests, valid and invalid (schemathesis's positive and
+negative modes), once with a tenant admin's key and once with an agent-scoped key of the same
+tenant. Every answer must be no 5xx, have a status the schema lists, and a body that matches the
+schema (error bodies included: ``config.schema`` documents them).
+
+The run here is bounded (``FUZZ_MAX_EXAMPLES`` per operation, 4 by default, derandomized so CI
+is repeatable); ``bench/fuzz_api.py`` runs the same test longer with fresh randomness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from django.conf import settings
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as hypothesis_settings
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from config.wsgi import application
+from ledger import services
+from ledger.models import Role
+
+MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "4"))
+DERANDOMIZE = os.environ.get("FUZZ_RANDOM", "") == ""
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
+
+# What the run did, written next to the test logs for bench/fuzz_api.py and docs/reliability.md.
+TALLY: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fuzz_summary() -> Iterator[None]:
+    yield
+    path = settings.EMBEDDED.log_dir / "fuzz-summary.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(TALLY.items())), indent=2))
+
+
+@pytest.fixture
+def _in_test_transaction(db: None) -> Iterator[None]:
+    """Calls go straight to the WSGI app, not through Django's test client; like that client,
+    keep the app from closing the connection that holds this test's transaction."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def fuzz_keys(_in_test_transaction: None) -> dict[str, str]:
+    """An admin key and an agent-scoped key of one tenant, with an agent of each kind of use."""
+    tenant = services.tenant_create(name="Fuzz", slug="fuzz")
+    agent = services.agent_create(tenant=tenant, name="Fuzzer", actor="system")
+    services.agent_create(tenant=tenant, name="Other", actor="system")
+    _, admin = services.api_key_create(
+        tenant=tenant, name="admin", role=Role.ADMIN, agent=None, actor="system"
+    )
+    _, scoped = services.api_key_create(
+        tenant=tenant, name="agent", role=Role.AGENT, agent=agent, actor="system"
+    )
+    return {"admin": admin, "agent": scoped}
+
+
+@schema.parametrize()
+@hypothesis_settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    derandomize=DERANDOMIZE,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+def test_every_operation_answers_within_its_schema(case: Any, fuzz_keys: dict[str, str]) -> None:
+    for who, key in fuzz_keys.items():
+        response = case.call(headers={"Authorization": f"Bearer {key}"})
+        TALLY["cases"] += 1
+        TALLY[f"status {response.status_code}"] += 1
+        TALLY[f"key {who}"] += 1
+        case.validate_response(response, checks=CHECKS)
