@@ -166,3 +166,48 @@ def test_a_reviewer_cannot_reach_admin_only_actions(page_as, critic, tenant, scr
     assert proposal.status == RubricProposal.Status.PENDING
     page.goto("/admin/")
     assert "/admin/login/" in page.url
+
+
+def test_an_admin_decides_a_proposal_and_clears_a_flag_inline(page_as, critic, tenant, screenshot):
+    from trust.governance import CriterionDraft, rubric_version_create
+    from trust.models import GamingFlag
+
+    rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="root")
+    proposal = RubricProposal.objects.create(
+        tenant=tenant,
+        proposed_by="sam",
+        proposer_trust=0.9,
+        created_at=timezone.now(),
+        action="add",
+        criterion="Sourcing",
+        description="Figures are quoted exactly, with the page.",
+        rationale="Figures were paraphrased.",
+        base_version=1,
+    )
+    flag = GamingFlag.objects.create(
+        tenant=tenant,
+        agent=critic,
+        created_at=timezone.now(),
+        entropy_bits=0.32,
+        trust_score=0.81,
+        dissents_considered=20,
+        citation_counts={"Accuracy": 18, "Evidence": 2},
+    )
+    page = page_as(Role.ADMIN, username="root")
+    page.goto("/trust/review/")
+    screenshot("trust-review-queue-admin")
+
+    page.locator(f"#flag-{flag.pk} input[name=note]").fill("narrow on purpose this week")
+    page.locator(f"#flag-{flag.pk}").get_by_role("button", name="Clear").click()
+    page.wait_for_selector(f"#flag-{flag.pk} >> text=Cleared")
+    page.locator(f"#proposal-{proposal.pk}").get_by_role("button", name="Accept").click()
+    page.wait_for_selector(f"#proposal-{proposal.pk} >> text=Accepted")
+
+    flag.refresh_from_db()
+    proposal.refresh_from_db()
+    assert (flag.status, flag.reviewed_by, flag.review_note) == (
+        "dismissed",
+        "root",
+        "narrow on purpose this week",
+    )
+    assert (proposal.status, proposal.result_version) == ("accepted", 2)
