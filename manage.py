@@ -21,7 +21,10 @@ def _start_embedded_database(command: list[str]) -> None:
     ``up`` and ``services`` manage the servers themselves; every other command just needs the
     database to be there, as it would be with an external one.
     """
-    if os.environ.get("DATABASE_URL") or command[:1] in (["up"], ["services"], [], ["help"]):
+    # mcp talks to the service over HTTP: it needs no database of its own.
+    if os.environ.get("DATABASE_URL") or command[:1] in (
+        [], ["help"], ["up"], ["services"], ["mcp"]
+    ):  # fmt: skip
         return
     from django.conf import settings
 
