@@ -1,0 +1,397 @@
+"""An MCP server that gives one agent its memory tools: search and store memories, store,
+retrieve and query content items, recall a run, log a dissent, read the rubric and its own trust.
+
+    AGENT_MEMORY_URL=http://127.0.0.1:8000 AGENT_MEMORY_API_KEY=<agent-scoped key> \\
+        python manage.py mcp --transport stdio          # or: --transport http --port 8765
+
+The tools go through the service's HTTP API with this package's client, not through the Django
+services: the agent-scoped key is then checked, scoped and rate-limited by exactly the code every
+other client meets (authentication, roles, the tenant and agent scope, Idempotency-Key, error
+codes), nothing here can see more than the key may, and the server can run on the agent's host
+against a remote service. The cost is one loopback HTTP hop per tool call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Literal
+
+from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+
+from agent_memory_client import types
+from agent_memory_client._async import AsyncClient
+from agent_memory_client._sync import Client
+from agent_memory_client.errors import AgentMemoryError, ApiError, BadRequestError
+
+INSTRUCTIONS = """\
+Long-term memory for one agent, shared with the other agents and people of its team. Use
+search_memories before answering from memory and store_memory for facts worth keeping beyond
+this conversation. Large tool outputs (logs, pages, query results) go to store_content; read
+them back in pieces with retrieve_content instead of pasting them into the conversation.
+recall brings back what happened earlier in a run. log_dissent records a disagreement with the
+team's output, citing rubric criteria (get_rubric lists them). get_my_trust shows how much the
+team trusts this agent's judgement and why."""
+
+TransformName = Literal["full", "excerpt", "summary", "first_n", "last_n", "filtered"]
+
+
+def _fail(exc: AgentMemoryError) -> ToolError:
+    if isinstance(exc, ApiError):
+        detail = f" Details: {exc.details}" if exc.details else ""
+        return ToolError(f"{exc.code}: {exc.message}{detail}")
+    return ToolError(f"The memory service could not be reached: {exc}")
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The arguments the model actually passed: an omitted one keeps the server's default."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def whoami(client: Client) -> str:
+    """The name of the key's agent. A tenant-wide key is refused: these tools act as one agent,
+    and only an agent-scoped key lets the service enforce that."""
+    try:
+        # Recall without "agent" is answered for an agent-scoped key's own agent and refused
+        # for a tenant-wide key; it reads only (an unknown run recalls nothing).
+        answer = client.recall(run_id="mcp-whoami", mode="episodic", max_recent=1)
+    except BadRequestError as exc:
+        if "agent" in exc.details:
+            raise SystemExit(
+                "The MCP server needs an agent-scoped API key (created with an agent); "
+                "this key is tenant-wide."
+            ) from exc
+        raise
+    return answer["agent"]
+
+
+def build_server(
+    client: AsyncClient, *, agent: str, host: str = "127.0.0.1", port: int = 8765
+) -> FastMCP:
+    server = FastMCP(
+        name=f"agent-memory ({agent})", instructions=INSTRUCTIONS, host=host, port=port
+    )
+
+    @server.tool(
+        description=(
+            "Search your long-term memory (your own memories, the team's ledger you may see, "
+            "workflow steps and the published knowledge base) with a natural-language query. "
+            "Use it before answering anything that earlier conversations, decisions or "
+            "documents may settle. Returns the best matches first, each with its source, id, "
+            "text and a relevance score between 0 and 1; an empty list means nothing relevant "
+            "is remembered."
+        )
+    )
+    async def search_memories(
+        query: str, top_k: int = 5, sources: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        try:
+            found = await client.memories_search(
+                **_given(query=query, top_k=top_k, sources=sources)
+            )
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return [
+            {
+                "source": hit["source"],
+                "id": hit["id"],
+                "content": hit["content"],
+                "score": round(hit["score"], 4),
+            }
+            for hit in found["results"]
+        ]
+
+    @server.tool(
+        description=(
+            "Store one fact, preference, decision or observation in your long-term memory so a "
+            "later conversation can find it with search_memories. Write it as a self-contained "
+            "sentence (who, what, when). Optional: memory_type (e.g. 'fact', 'preference', "
+            "'decision'), importance from 0 to 1, tags, a session_id to group a conversation, "
+            "metadata (a JSON object). Returns the stored memory's id, type, importance and "
+            "expiry."
+        )
+    )
+    async def store_memory(
+        content: str,
+        memory_type: str | None = None,
+        importance: float | None = None,
+        tags: list[str] | None = None,
+        session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        fields = _given(
+            content=content,
+            memory_type=memory_type,
+            importance=importance,
+            tags=tags,
+            session_id=session_id,
+            metadata=metadata,
+        )
+        try:
+            memory = await client.memories_create(**fields)
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return {
+            key: memory[key]  # type: ignore[literal-required]
+            for key in ("id", "memory_type", "importance", "tags", "expires_at")
+        }
+
+    @server.tool(
+        description=(
+            "Put a large piece of content (a log, a web page, a query result, JSON) in the "
+            "content store instead of the conversation, and get back a short handle. Use it for "
+            "anything longer than a screen. content is text or any JSON value; run_id ties it to "
+            "the current run (scope 'run'), or use scope 'agent' to keep it across runs. "
+            "type is one of action_result, web_content, database_result, custom. Returns the "
+            "item's id, size in bytes and its length in tokens; read it with retrieve_content."
+        )
+    )
+    async def store_content(
+        content: Any,
+        run_id: str | None = None,
+        scope: Literal["run", "agent"] | None = None,
+        type: Literal["action_result", "web_content", "database_result", "custom"] | None = None,
+        tags: list[str] | None = None,
+        source: str | None = None,
+    ) -> dict[str, Any]:
+        fields = _given(
+            content=content, run_id=run_id, scope=scope, type=type, tags=tags, source=source
+        )
+        try:
+            item = await client.content_items_create(**fields)
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return _item_summary(item)
+
+    @server.tool(
+        description=(
+            "Read a content-store item, whole or in part, so you only spend tokens on what you "
+            "need. transform: 'full' (everything), 'excerpt' (characters start..end, or "
+            "'context' characters around the first 'phrase'), 'first_n' / 'last_n' (n units; "
+            "unit = lines, chars or items), 'filtered' (lines containing 'match' or matching the "
+            "regex 'pattern'; for JSON, 'keys' = comma-separated keys to keep), 'summary'. "
+            "Returns the content and the item's metadata; a not_found error means the id is "
+            "wrong, cleared, or not yours."
+        )
+    )
+    async def retrieve_content(
+        item_id: str,
+        transform: TransformName = "full",
+        n: int | None = None,
+        unit: Literal["lines", "chars", "items"] | None = None,
+        match: str | None = None,
+        pattern: str | None = None,
+        keys: str | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        phrase: str | None = None,
+        context: int | None = None,
+    ) -> dict[str, Any]:
+        try:
+            answer = await client.content_items_get(
+                item_id,
+                transform=transform,
+                n=n,
+                unit=unit,
+                match=match,
+                pattern=pattern,
+                keys=keys,
+                start=start,
+                end=end,
+                phrase=phrase,
+                context=context,
+            )
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return {
+            "content": answer["content"],
+            "transform": answer["transform"],
+            "item": _item_summary(answer["item"]),
+        }
+
+    @server.tool(
+        description=(
+            "List the content-store items you can read, newest first, without their content: "
+            "filter by run_id, tags (comma-separated), type, source, a time window (since/until, "
+            "ISO 8601) and scope. Use it to find an item you stored earlier in this run or a "
+            "previous one, then read it with retrieve_content. Returns id, type, size, tokens, "
+            "tags and timestamp per item."
+        )
+    )
+    async def query_content(
+        run_id: str | None = None,
+        tags: str | None = None,
+        type: str | None = None,
+        source: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        scope: Literal["run", "agent"] | None = None,
+        limit: int = 20,
+    ) -> list[dict[str, Any]]:
+        try:
+            items = await client.content_items_list(
+                run_id=run_id,
+                tags=tags,
+                type=type,
+                source=source,
+                since=since,
+                until=until,
+                scope=scope,
+                limit=limit,
+            )
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return [_item_summary(item) for item in items]
+
+    @server.tool(
+        description=(
+            "Recall what happened earlier in a run (from the team's ledger). mode 'episodic' "
+            "returns the most recent events in order; mode 'salience' ranks the run's events "
+            "by relevance to 'query', recency and importance (give current_turn to measure "
+            "recency in turns). Use it to pick up a long task where it stood. Returns a "
+            "ready-to-read 'prompt' text and the items with their scores."
+        )
+    )
+    async def recall(
+        run_id: str,
+        mode: Literal["episodic", "salience"] = "episodic",
+        query: str | None = None,
+        current_turn: int | None = None,
+        top_k: int | None = None,
+        max_recent: int | None = None,
+    ) -> dict[str, Any]:
+        fields = _given(
+            run_id=run_id,
+            mode=mode,
+            query=query,
+            current_turn=current_turn,
+            top_k=top_k,
+            max_recent=max_recent,
+        )
+        try:
+            answer = await client.recall(**fields)
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return {"prompt": answer["prompt"], "items": answer["items"], "mode": answer["mode"]}
+
+    @server.tool(
+        description=(
+            "Record that you disagree with the team's current output or a decision, with your "
+            "reasons. Be specific and cite the rubric criteria your objection rests on "
+            "(rubric_citations: criterion names from get_rubric); give round_id when the "
+            "disagreement is about a review round. Dissents that later prove right raise your "
+            "trust. Returns the dissent's id and its depth score (how substantive it reads)."
+        )
+    )
+    async def log_dissent(
+        text: str,
+        rubric_citations: list[str] | None = None,
+        round_id: str | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        fields = _given(
+            text=text, rubric_citations=rubric_citations, round_id=round_id, context=context
+        )
+        try:
+            dissent = await client.dissents_create(**fields)
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return {
+            "id": dissent["id"],
+            "depth_score": dissent["depth_score"],
+            "rubric_citations": dissent.get("rubric_citations", []),
+            "rubric_version": dissent.get("rubric_version"),
+        }
+
+    @server.tool(
+        description=(
+            "The team's current review rubric: the criteria (name and description) that "
+            "dissents cite. Use the names in log_dissent's rubric_citations."
+        )
+    )
+    async def get_rubric() -> dict[str, Any]:
+        try:
+            rubric = await client.rubric_get()
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return {"version": rubric["version"], "criteria": rubric["criteria"]}
+
+    @server.tool(
+        description=(
+            "Your current trust score (0 to 1; new agents start at 0.6) and what it is made of: "
+            "the share of your dissents that had impact, their average depth, the share of "
+            "overrides of your output that were later regretted, whether you are still on "
+            "probation, and your recent score changes with their reasons. Use it to decide how "
+            "strongly to argue or when to defer."
+        )
+    )
+    async def get_my_trust() -> dict[str, Any]:
+        try:
+            mine = (await client.trust_list()).results  # an agent key sees only its own agent
+            detail = await client.trust_get(mine[0]["id"])
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return {
+            "agent": detail["name"],
+            "trust_score": detail["trust_score"],
+            "on_probation": detail["on_probation"],
+            "rounds_participated": detail["rounds_participated"],
+            "dissents": detail["dissents"],
+            "overrides": detail["overrides"],
+            "components": detail["components"],
+            "recent_changes": detail["history"][-5:],
+        }
+
+    return server
+
+
+def _item_summary(item: types.ContentItem) -> dict[str, Any]:
+    return {
+        key: item[key]  # type: ignore[literal-required]
+        for key in ("id", "type", "format", "run_id", "size", "tokens_full", "tags", "timestamp")
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="agent-memory-mcp", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    run(**vars(parser.parse_args(argv)))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    parser.add_argument(
+        "--url", default=None, help="The service's base URL (default: $AGENT_MEMORY_URL)"
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="An agent-scoped API key (default: $AGENT_MEMORY_API_KEY; prefer the variable, "
+        "a flag shows in the process list)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="http only: address to listen on")
+    parser.add_argument("--port", type=int, default=8765, help="http only: port to listen on")
+
+
+def run(
+    *,
+    transport: str = "stdio",
+    url: str | None = None,
+    api_key: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+) -> None:
+    # Both clients fall back to $AGENT_MEMORY_URL and $AGENT_MEMORY_API_KEY. The agent is asked
+    # once, blocking, before the server's event loop starts: an async client's pooled
+    # connections belong to the loop that opened them.
+    with Client(base_url=url, api_key=api_key) as probe:
+        agent = whoami(probe)
+    client = AsyncClient(base_url=url, api_key=api_key)
+    print(f"agent-memory MCP server for agent {agent!r} ({transport})", file=sys.stderr)
+    server = build_server(client, agent=agent, host=host, port=port)
+    server.run("stdio" if transport == "stdio" else "streamable-http")
+
+
+if __name__ == "__main__":
+    main()
