@@ -37,8 +37,8 @@ class ExplorerForm(forms.Form):
     status = forms.ChoiceField(
         required=False,
         choices=[
-            (SEARCHABLE, "Searchable: what search returns"),
-            (INACTIVE, "Archived or expired: never returned"),
+            (SEARCHABLE, "Searchable"),
+            (INACTIVE, "Archived or expired"),
         ],
         label="Memories",
     )

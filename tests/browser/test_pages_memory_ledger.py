@@ -6,12 +6,14 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
+from django.utils import timezone
 
 from ledger.demo import demo_data_seed
 from ledger.jobs import job_schedules_ensure
 from ledger.models import Event, Role
 from ledger.services import EventDraft, events_append
 from ledger.tasks import event_chains_verify_task
+from memory.models import Memory
 from memory.tasks import memories_decay_task, memories_expire_task
 
 
@@ -53,6 +55,16 @@ def test_the_memory_explorer_shows_score_bars_as_you_type(page_as, demo, screens
     assert "agent=" in page.url
     assert "q=dissent" in page.url
     screenshot("memory-explorer")
+
+    # Archived memories are never returned by search; the status filter lists them apart.
+    archived = Memory.objects.filter(agent__name="Reviewer2").order_by("pk").first()
+    Memory.objects.filter(pk=archived.pk).update(archived_at=timezone.now())
+    page.get_by_label("Query").fill("")
+    page.get_by_label("Memories").select_option("inactive")
+    page.wait_for_selector(".memory-item")
+    assert page.locator(".memory-item").count() == 1
+    assert "Archived" in page.locator(".memory-item").inner_text()
+    screenshot("memory-explorer-archived")
 
 
 def test_the_ledger_browser_loads_older_events_in_place(page_as, demo, screenshot):
