@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 
 from config.views import HtmxHttpRequest
 from ledger.forms import EventFilterForm
-from ledger.jobs import chain_check_status, job_statuses
+from ledger.jobs import JobStatus, chain_check_status, job_statuses
 from ledger.models import Agent, Event, Membership, Role
 from ledger.selectors import (
     EVENT_PAYLOAD_PREVIEW_CHARS,
@@ -110,12 +110,18 @@ def ledger_browser(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "ledger/browser.html", context)
 
 
+def _readable_schedule(status: JobStatus) -> JobStatus:
+    # django-celery-beat writes a crontab as "0 3 * * * (m/h/dM/MY/d) UTC"; the legend is noise.
+    schedule = status.schedule.replace(" (m/h/dM/MY/d)", "")
+    return replace(status, schedule=f"cron {schedule}" if "*" in schedule else schedule)
+
+
 @membership_required
 @require_GET
 def jobs_status(request: HtmxHttpRequest) -> HttpResponse:
     membership = tenant_membership(request)
     context = {
-        "jobs": job_statuses(),
+        "jobs": [_readable_schedule(status) for status in job_statuses()],
         # Schedules are global (one decay job serves every tenant): admins edit them in the
         # Django admin; the page only links there.
         "can_edit_schedules": membership.role == Role.ADMIN,

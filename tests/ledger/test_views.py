@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django.asserts import assertContains, assertNotContains, assertRedirects
 
-from ledger.jobs import CHAIN_VERIFY_JOB, JOBS
+from ledger.jobs import CHAIN_VERIFY_JOB, JOBS, job_schedules_ensure
 from ledger.models import Event, JobRun
 from ledger.selectors import EventFilters, event_first_seq_at, event_kinds, events_browse
 from ledger.services import EventDraft, events_append
@@ -317,6 +317,15 @@ def test_the_jobs_page_shows_each_job_with_its_last_runs(reviewer_client):
     assertContains(response, "4.25 s")
     assertContains(response, "&lt;script&gt;OperationalError&lt;/script&gt;")
     assertContains(response, "Next run")
+
+
+def test_schedules_read_plainly(reviewer_client):
+    job_schedules_ensure()
+
+    response = reviewer_client.get("/jobs/")
+
+    assertContains(response, "<dd>every 5 minutes</dd>")
+    assertContains(response, "<dd>cron 0 3 * * * UTC</dd>")
 
 
 def test_only_admins_get_the_schedule_link(reviewer_client, tenant_admin_client):
