@@ -236,7 +236,7 @@ def main() -> None:
             client.get(args.profile)
             profiler = cProfile.Profile()
             profiler.runcall(client.get, args.profile)
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
         print()
         print(f"load average before timing: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         results = []

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -72,6 +73,21 @@ def _membership(request: HtmxHttpRequest) -> Membership:
 
 def _actor(request: HtmxHttpRequest) -> str:
     return str(request.user.get_username())
+
+
+def _pager_links(request: HtmxHttpRequest, page: Page[Any], param: str) -> dict[str, str]:
+    """The query strings of the pages before and after ``page`` of the list paged by
+    ``param``, keeping the rest of the request's query (filters, other lists' pages)."""
+
+    def link(number: int) -> str:
+        query = request.GET.copy()
+        query[param] = str(number)
+        return f"?{query.urlencode()}"
+
+    return {
+        "previous": link(page.previous_page_number()) if page.has_previous() else "",
+        "next": link(page.next_page_number()) if page.has_next() else "",
+    }
 
 
 def _sort_columns(current: str) -> dict[str, dict[str, str]]:
@@ -131,6 +147,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "page": page,
+        "page_links": _pager_links(request, page, "page"),
         "rows": rows,
         "sort": filters["sort"],
         "columns": _sort_columns(str(filters["sort"])),
@@ -162,7 +179,9 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context: dict[str, Any] = {
         "agent": agent,
         "dissents": dissents,
+        "dissent_links": _pager_links(request, dissents, "dissents"),
         "overrides": overrides,
+        "override_links": _pager_links(request, overrides, "overrides"),
         "nav_section": "trust",
         "now": timezone.now(),
     }
@@ -225,6 +244,7 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     waiting_page = waiting.get_page(request.GET.get("waiting"))
     context: dict[str, Any] = {
         "waiting": waiting_page,
+        "waiting_links": _pager_links(request, waiting_page, "waiting"),
         "now": now,
         "nav_section": "review",
         "is_admin": Role.allows(_membership(request).role, Role.ADMIN),
@@ -269,17 +289,30 @@ def _override_answer(request: HtmxHttpRequest, override: Override, error: str) -
     return _answer(request, "trust/partials/override_row.html", {"row": row, "now": now}, error)
 
 
+def _attempt(act: Callable[[], object]) -> str:
+    """Run a service call; a refusal (409 already decided, 400 no longer applies) becomes the
+    message the row shows, since the row is re-rendered from the database either way."""
+    try:
+        act()
+    except ApiError as refused:
+        return str(refused.detail)
+    return ""
+
+
+def _decision(form: forms.Form, invalid: str, act: Callable[[dict[str, Any]], object]) -> str:
+    if not form.is_valid():
+        return invalid
+    return _attempt(lambda: act(form.cleaned_data))
+
+
 @require_POST
 @role_required(Role.REVIEWER)
 def override_regret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     override = _override_of(request, pk)
-    error = ""
-    try:
-        services.override_revert(
-            override=override, reverted_by=_actor(request), actor=_actor(request)
-        )
-    except ApiError as refused:
-        error = str(refused.detail)
+    actor = _actor(request)
+    error = _attempt(
+        lambda: services.override_revert(override=override, reverted_by=actor, actor=actor)
+    )
     return _override_answer(request, override, error)
 
 
@@ -287,11 +320,7 @@ def override_regret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @role_required(Role.REVIEWER)
 def override_confirm(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     override = _override_of(request, pk)
-    error = ""
-    try:
-        services.override_confirm(override=override, actor=_actor(request))
-    except ApiError as refused:
-        error = str(refused.detail)
+    error = _attempt(lambda: services.override_confirm(override=override, actor=_actor(request)))
     return _override_answer(request, override, error)
 
 
@@ -303,21 +332,14 @@ def flag_review(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         tenant=_membership(request).tenant,
         pk=pk,
     )
-    form = FlagReviewForm(request.POST)
-    error = ""
-    if not form.is_valid():
-        error = "Choose to clear or escalate the flag; a note has at most 2,000 characters."
-    else:
-        try:
-            flag = governance.gaming_flag_review(
-                flag=flag,
-                status=form.cleaned_data["decision"],
-                note=form.cleaned_data["note"],
-                actor=_actor(request),
-            )
-        except ApiError as refused:
-            error = str(refused.detail)
-            flag.refresh_from_db()
+    error = _decision(
+        FlagReviewForm(request.POST),
+        "Choose to clear or escalate the flag; a note has at most 2,000 characters.",
+        lambda data: governance.gaming_flag_review(
+            flag=flag, status=data["decision"], note=data["note"], actor=_actor(request)
+        ),
+    )
+    flag.refresh_from_db()
     return _answer(request, "trust/partials/flag_row.html", {"flag": flag}, error)
 
 
@@ -329,21 +351,17 @@ def proposal_decide(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         tenant=_membership(request).tenant,
         pk=pk,
     )
-    form = ProposalDecisionForm(request.POST)
-    error = ""
-    if not form.is_valid():
-        error = "Choose to accept or reject the proposal; a note has at most 2,000 characters."
-    else:
-        try:
-            proposal = governance.rubric_proposal_decide(
-                proposal=proposal,
-                accept=form.cleaned_data["decision"] == "accept",
-                note=form.cleaned_data["note"],
-                actor=_actor(request),
-            )
-        except ApiError as refused:
-            error = str(refused.detail)
-            proposal.refresh_from_db()
+    error = _decision(
+        ProposalDecisionForm(request.POST),
+        "Choose to accept or reject the proposal; a note has at most 2,000 characters.",
+        lambda data: governance.rubric_proposal_decide(
+            proposal=proposal,
+            accept=data["decision"] == "accept",
+            note=data["note"],
+            actor=_actor(request),
+        ),
+    )
+    proposal.refresh_from_db()
     return _answer(
         request, "trust/partials/proposal_row.html", {"proposal": proposal, "is_admin": True}, error
     )

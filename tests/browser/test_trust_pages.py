@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from ledger.models import Role
-from tests.trust.governance_rows import dissent_row, override_row
+from tests.trust.governance_rows import dissent_row, flag_row, override_row, proposal_row
 from trust import services
 from trust.models import Override, RubricProposal, TrustScoreChange
 
@@ -137,15 +137,7 @@ def test_a_dissent_holding_a_script_tag_renders_as_text(page_as, critic):
 
 
 def test_a_reviewer_cannot_reach_admin_only_actions(page_as, critic, tenant, screenshot):
-    proposal = RubricProposal.objects.create(
-        tenant=tenant,
-        proposed_by="sam",
-        proposer_trust=0.9,
-        created_at=timezone.now(),
-        action="add",
-        criterion="Sourcing",
-        rationale="Figures were paraphrased.",
-    )
+    proposal = proposal_row(tenant)
     page = page_as(Role.REVIEWER)
     page.goto("/trust/review/")
     row = page.locator(f"#proposal-{proposal.pk}")
@@ -170,29 +162,10 @@ def test_a_reviewer_cannot_reach_admin_only_actions(page_as, critic, tenant, scr
 
 def test_an_admin_decides_a_proposal_and_clears_a_flag_inline(page_as, critic, tenant, screenshot):
     from trust.governance import CriterionDraft, rubric_version_create
-    from trust.models import GamingFlag
 
     rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="root")
-    proposal = RubricProposal.objects.create(
-        tenant=tenant,
-        proposed_by="sam",
-        proposer_trust=0.9,
-        created_at=timezone.now(),
-        action="add",
-        criterion="Sourcing",
-        description="Figures are quoted exactly, with the page.",
-        rationale="Figures were paraphrased.",
-        base_version=1,
-    )
-    flag = GamingFlag.objects.create(
-        tenant=tenant,
-        agent=critic,
-        created_at=timezone.now(),
-        entropy_bits=0.32,
-        trust_score=0.81,
-        dissents_considered=20,
-        citation_counts={"Accuracy": 18, "Evidence": 2},
-    )
+    proposal = proposal_row(tenant)
+    flag = flag_row(critic)
     page = page_as(Role.ADMIN, username="root")
     page.goto("/trust/review/")
     screenshot("trust-review-queue-admin")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from ledger.models import Agent
 from trust.models import Dissent, Override
@@ -57,4 +58,44 @@ def override_row(
         decided_by=decided_by,
         regret=regret,
         auto_check_deadline=at + timedelta(hours=24),
+    )
+
+
+def flag_row(agent: Agent, *, counts: dict[str, int] | None = None, trust: float = 0.85) -> Any:
+    """An open gaming flag of the agent, as gaming_check would raise it."""
+    from django.utils import timezone
+
+    from trust.models import GamingFlag
+
+    cited = counts or {"Accuracy": 18, "Evidence": 2}
+    return GamingFlag.objects.create(
+        tenant=agent.tenant,
+        agent=agent,
+        created_at=timezone.now(),
+        entropy_bits=0.32,
+        trust_score=trust,
+        dissents_considered=sum(cited.values()),
+        citation_counts=cited,
+    )
+
+
+def proposal_row(
+    tenant: Any, *, override: Override | None = None, rationale: str = "Figures were paraphrased."
+) -> Any:
+    """A pending proposal to add the criterion 'Sourcing' to rubric version 1."""
+    from django.utils import timezone
+
+    from trust.models import RubricProposal
+
+    return RubricProposal.objects.create(
+        tenant=tenant,
+        override=override,
+        proposed_by="sam",
+        proposer_trust=0.9,
+        created_at=timezone.now(),
+        action="add",
+        criterion="Sourcing",
+        description="Figures are quoted exactly, with the page.",
+        rationale=rationale,
+        base_version=1,
     )

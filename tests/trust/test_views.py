@@ -13,7 +13,13 @@ from pytest_django.asserts import assertContains, assertNotContains
 
 from ledger import services as ledger_services
 from ledger.models import Event, Role
-from tests.trust.governance_rows import agent_with, dissent_row, override_row
+from tests.trust.governance_rows import (
+    agent_with,
+    dissent_row,
+    flag_row,
+    override_row,
+    proposal_row,
+)
 from trust import services
 from trust.governance import CriterionDraft, rubric_version_create
 from trust.models import GamingFlag, Override, RubricProposal, RubricVersion, TrustScoreChange
@@ -86,23 +92,8 @@ def test_another_tenants_agent_override_flag_and_proposal_are_404(
     client = login(Role.ADMIN)
     theirs = make_agent(other_tenant, name="Theirs")
     override = override_row(theirs, timezone.now())
-    flag = GamingFlag.objects.create(
-        tenant=other_tenant,
-        agent=theirs,
-        created_at=timezone.now(),
-        entropy_bits=0.1,
-        trust_score=0.9,
-        dissents_considered=10,
-        citation_counts={"Accuracy": 10},
-    )
-    proposal = RubricProposal.objects.create(
-        tenant=other_tenant,
-        proposed_by="x",
-        proposer_trust=0.9,
-        created_at=timezone.now(),
-        action="add",
-        criterion="Y",
-    )
+    flag = flag_row(theirs)
+    proposal = proposal_row(other_tenant)
 
     assert client.get(f"/trust/agents/{theirs.pk}/").status_code == 404
     assert client.get(f"/trust/agents/{theirs.pk}/export.json").status_code == 404
@@ -134,15 +125,7 @@ def test_the_overview_lists_agents_with_score_trend_probation_flags_and_rates(
     override_row(critic, now - timedelta(days=2), regret=True)
     override_row(critic, now - timedelta(days=3))
     services.trust_recompute(tenant=tenant, reason="recomputed")
-    GamingFlag.objects.create(
-        tenant=tenant,
-        agent=critic,
-        created_at=now,
-        entropy_bits=0.2,
-        trust_score=0.8,
-        dissents_considered=10,
-        citation_counts={"Accuracy": 10},
-    )
+    flag_row(critic)
     client = login()
 
     with django_assert_max_num_queries(10):
@@ -304,28 +287,9 @@ def queue(tenant, agent, waiting_override):
     """A waiting override, a settled one, an open gaming flag and a pending rubric proposal."""
     now = timezone.now()
     settled = override_row(agent, now - timedelta(days=2))
-    flag = GamingFlag.objects.create(
-        tenant=tenant,
-        agent=agent,
-        created_at=now,
-        entropy_bits=0.3,
-        trust_score=0.85,
-        dissents_considered=12,
-        citation_counts={"Accuracy": 12},
-    )
+    flag = flag_row(agent)
     rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="admin")
-    proposal = RubricProposal.objects.create(
-        tenant=tenant,
-        override=settled,
-        proposed_by="sam",
-        proposer_trust=0.8,
-        created_at=now,
-        action="add",
-        criterion="Sourcing",
-        description="Quote figures exactly.",
-        rationale=SCRIPT,
-        base_version=1,
-    )
+    proposal = proposal_row(tenant, override=settled, rationale=SCRIPT)
     return {"waiting": waiting_override, "settled": settled, "flag": flag, "proposal": proposal}
 
 
