@@ -59,10 +59,12 @@ def page(browser: Any, live_server: Any) -> Iterator[Any]:
     context.set_default_timeout(10_000)
     page = context.new_page()
     errors: list[str] = []
-    page.on(
-        "console",
-        lambda message: message.type == "error" and errors.append(f"{page.url}: {message.text}"),
-    )
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            errors.append(f"{page.url}: {message.text}")
+
+    page.on("console", on_console)
     page.on("pageerror", lambda error: errors.append(f"{page.url}: {error}"))
     page.console_errors = errors
     yield page

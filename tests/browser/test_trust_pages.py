@@ -4,6 +4,7 @@ text stays text, and a reviewer cannot reach admin-only actions."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -125,7 +126,12 @@ def test_a_dissent_holding_a_script_tag_renders_as_text(page_as, critic):
     dissent.save()
     page = page_as(Role.REVIEWER)
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def on_dialog(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
 
     page.goto(f"/trust/agents/{critic.pk}/")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -27,7 +28,7 @@ from trust.models import GamingFlag, Override, RubricProposal, RubricVersion, Tr
 pytestmark = pytest.mark.django_db
 
 SCRIPT = "<script>alert('pwned')</script>"
-HTMX = {"HTTP_HX_REQUEST": "true"}
+HTMX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def waiting_override(agent):
 
 
 def _hx(client: Client, url: str, target: str = "", **data):
-    headers = {**HTMX, **({"HTTP_HX_TARGET": target} if target else {})}
+    headers: dict[str, Any] = {**HTMX, **({"HTTP_HX_TARGET": target} if target else {})}
     return client.get(url, data, **headers)
 
 
