@@ -50,6 +50,7 @@ from _setup import ROOT, percentile
 
 OPERATIONS = (("search", 0.70), ("store", 0.20), ("dissent", 0.05), ("override", 0.05))
 RETRY_STATUSES = {429, 502, 503, 504}
+RUBRIC = ["accuracy", "evidence", "safety", "scope"]
 RETRY_FOR_SECONDS = 60.0
 WORDS = [
     *("ledger", "vector", "trust", "dissent", "rubric", "override", "memory", "search"),
@@ -114,7 +115,8 @@ def request_for(op: str, rng: random.Random, agents: list[str]) -> tuple[str, di
     if op == "store":
         return "/api/v1/memories/", {"agent": agent, "content": sentence(rng, marker)}, marker
     if op == "dissent":
-        body = {"agent": agent, "text": sentence(rng, marker), "rubric_citations": ["R1"]}
+        citations = rng.sample(RUBRIC, 2)
+        body = {"agent": agent, "text": sentence(rng, marker), "rubric_citations": citations}
         return "/api/v1/dissents/", body, marker
     body = {
         "agent": agent,
@@ -356,6 +358,9 @@ def verify_chain() -> str:
 def seed(stack: Stack, *, agents: int, memories_per_agent: int) -> tuple[Any, str, list[str]]:
     tenant, key = stack.tenant_with_admin_key(slug="load")
     api = stack.client(key)
+    criteria = [{"name": name, "description": f"criterion {name}"} for name in RUBRIC]
+    status, body, _ = api.post("/api/v1/rubric/", {"criteria": criteria})
+    assert status == 201, body
     names = [f"LoadAgent{number:02d}" for number in range(agents)]
     rng = random.Random(7)
     for name in names:

@@ -164,7 +164,9 @@ def events_append(*, tenant: Tenant, drafts: Sequence[EventDraft]) -> list[Event
             prev_hash = digest
         created = Event.objects.bulk_create(events)
         ids = [event.pk for event in created]
-        transaction.on_commit(lambda: projections_after_append(event_ids=ids))
+        # Robust: the events are committed, so a failure to queue their follow-up work (Redis
+        # down mid-request) must not turn the answer into an error; the backfill job catches up.
+        transaction.on_commit(lambda: projections_after_append(event_ids=ids), robust=True)
         return created
 
 
