@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_memory_client.mcp_server import TOOL_OPERATIONS
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -24,17 +25,6 @@ from memory.models import Memory
 from trust.models import Dissent
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = {
-    "search_memories",
-    "store_memory",
-    "store_content",
-    "retrieve_content",
-    "query_content",
-    "recall",
-    "log_dissent",
-    "get_rubric",
-    "get_my_trust",
-}
 
 
 @pytest.fixture
@@ -97,7 +87,7 @@ async def _every_tool(session: ClientSession) -> dict[str, Any]:
 
 
 def _check_every_tool(seen: dict[str, Any]) -> None:
-    assert set(seen["tools"]) == TOOLS
+    assert set(seen["tools"]) == set(TOOL_OPERATIONS)
     assert all(len(description) > 80 for description in seen["tools"].values())
     assert Memory.objects.get(pk=seen["stored"]["id"]).agent.name == "Planner"
     assert seen["search"][0]["id"] == seen["stored"]["id"]
@@ -134,6 +124,18 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "the MCP HTTP server did not listen"
+            time.sleep(0.2)
+
+
 @pytest.fixture
 def http_server(service, planner_key) -> Iterator[str]:
     port = _free_port()
@@ -145,15 +147,7 @@ def http_server(service, planner_key) -> Iterator[str]:
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the MCP HTTP server did not listen"
-                time.sleep(0.2)
+        _wait_listening(process, port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()

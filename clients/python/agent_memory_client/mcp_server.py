@@ -34,6 +34,19 @@ recall brings back what happened earlier in a run. log_dissent records a disagre
 team's output, citing rubric criteria (get_rubric lists them). get_my_trust shows how much the
 team trusts this agent's judgement and why."""
 
+# Which API operations each tool calls (docs/client.md's coverage table is generated from this).
+TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
+    "search_memories": ("v1_memories_search_create",),
+    "store_memory": ("v1_memories_create",),
+    "store_content": ("v1_content_items_create",),
+    "retrieve_content": ("v1_content_items_retrieve",),
+    "query_content": ("v1_content_items_list",),
+    "recall": ("v1_recall_create",),
+    "log_dissent": ("v1_dissents_create",),
+    "get_rubric": ("v1_rubric_retrieve",),
+    "get_my_trust": ("v1_trust_list", "v1_trust_retrieve"),
+}
+
 TransformName = Literal["full", "excerpt", "summary", "first_n", "last_n", "filtered"]
 
 

@@ -1,0 +1,80 @@
+"""The fenced ``python`` blocks of docs/client.md and docs/mcp.md, run in order (one namespace per
+page, like a reader pasting them into one session) against the real server."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.clients.test_mcp import _free_port, _wait_listening
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def _blocks(page: str) -> list[str]:
+    return BLOCK.findall((ROOT / "docs" / page).read_text())
+
+
+def _run_blocks(page: str, monkeypatch, env: dict[str, str]) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(ROOT)
+    blocks = _blocks(page)
+    assert blocks, f"no python blocks in {page}"
+    namespace: dict[str, object] = {"__name__": f"docs_{page}"}
+    for number, source in enumerate(blocks, 1):
+        try:
+            exec(compile(source, f"{page} block {number}", "exec"), namespace)  # noqa: S102
+        except Exception as exc:  # name the block, its source is in the traceback's file name
+            pytest.fail(f"{page} block {number} failed: {exc!r}\n{source}")
+
+
+def test_the_client_docs_run(service, tenant_keys, monkeypatch, capsys):
+    _run_blocks(
+        "client.md",
+        monkeypatch,
+        {"AGENT_MEMORY_URL": service.base_url, "AGENT_MEMORY_API_KEY": tenant_keys.admin},
+    )
+    printed = capsys.readouterr().out
+    assert "restored from backup every Monday" in printed
+    assert "FAILED disk full" in printed
+
+
+def test_the_mcp_docs_run(service, tenant_keys, admin, monkeypatch, capsys):
+    admin.agents_create(name="Planner")
+    key = admin.api_keys_create(name="planner", role="agent", agent="Planner")["key"]
+    env = {"AGENT_MEMORY_URL": service.base_url, "AGENT_MEMORY_API_KEY": key}
+    port = _free_port()
+    http = subprocess.Popen(
+        [sys.executable, "manage.py", "mcp", "--transport", "http", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_listening(http, port)
+        _run_blocks(
+            "mcp.md", monkeypatch, {**env, "AGENT_MEMORY_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
+        )
+    finally:
+        http.terminate()
+        http.wait(timeout=20)
+    printed = capsys.readouterr().out
+    assert "'get_my_trust'" in printed
+    assert "French" in printed
+    assert "ERROR line 3" in printed
+
+
+def test_the_coverage_table_lists_every_operation():
+    from agent_memory_client._operations import OPERATIONS
+
+    table = (ROOT / "docs" / "client.md").read_text()
+    for operation_id, (method, path, name) in OPERATIONS.items():
+        assert f"| `{operation_id}` | `{method} {path}` | `{name}`" in table, operation_id
