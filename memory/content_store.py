@@ -22,9 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.postgres.aggregates import ArrayAgg
-from django.db import transaction
-from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
+from django.db import connection, transaction
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 from rest_framework import status
 
@@ -471,37 +470,65 @@ class SavingsOverview:
     runs_total: int
 
 
+# Per run and agent first, then per run: both steps hash-aggregate in memory, where a
+# DISTINCT list of agents per run would sort every row (to disk, at 100,000 results). The totals
+# come with the runs as window sums over all of them, before the LIMIT: one pass over the rows.
+RUNS_SAVINGS_SQL = """
+WITH per_agent AS (
+    SELECT run_id, agent_id, count(*) AS results,
+           count(*) FILTER (WHERE rendering = 'full') AS full_renderings,
+           sum(tokens_full) AS tokens_full, sum(tokens_returned) AS tokens_returned,
+           max(timestamp) AS last_result_at
+    FROM memory_contentitem
+    WHERE tenant_id = %(tenant)s AND tokens_returned IS NOT NULL
+      AND (%(since)s::timestamptz IS NULL OR timestamp >= %(since)s::timestamptz)
+    GROUP BY run_id, agent_id
+),
+per_run AS (
+    SELECT run_id, array_agg(agent_id) AS agent_ids, sum(results) AS results,
+           sum(full_renderings) AS full_renderings, sum(tokens_full) AS tokens_full,
+           sum(tokens_returned) AS tokens_returned, max(last_result_at) AS last_result_at
+    FROM per_agent GROUP BY run_id
+)
+SELECT run_id, agent_ids, results, full_renderings, tokens_full, tokens_returned,
+       last_result_at, count(*) OVER (), sum(results) OVER (), sum(full_renderings) OVER (),
+       sum(tokens_full) OVER (), sum(tokens_returned) OVER ()
+FROM per_run
+ORDER BY last_result_at DESC, run_id
+LIMIT %(limit)s
+"""
+
+
 def content_runs_savings(
     *, tenant: Tenant, since: datetime | None, limit: int = 50
 ) -> SavingsOverview:
-    """Every run's token savings, the runs with the latest results first, in two queries.
-
-    One GROUP BY over the tenant's action results since ``since`` (the (tenant, timestamp)
-    index bounds it), and one aggregate for the totals; nothing is summed in Python.
-    """
-    items = _action_results(tenant)
-    if since is not None:
-        items = items.filter(timestamp__gte=since)
-    rows = (
-        items.values("run_id")
-        .annotate(
-            **_SAVINGS_TOTALS,
-            agents=ArrayAgg("agent__name", distinct=True, order_by="agent__name"),
-            last_result_at=Max("timestamp"),
-        )
-        .order_by("-last_result_at", "run_id")[:limit]
+    """Every run's token savings, the runs with the latest results first, and the totals over
+    all runs since ``since``: one pass over the tenant's action results (SQL does the sums),
+    and one lookup of the listed runs' agent names."""
+    with connection.cursor() as cursor:
+        cursor.execute(RUNS_SAVINGS_SQL, {"tenant": tenant.pk, "since": since, "limit": limit})
+        rows = cursor.fetchall()
+    names = dict(
+        Agent.objects.filter(
+            tenant=tenant, pk__in={agent for row in rows for agent in row[1]}
+        ).values_list("pk", "name")
     )
+
+    def savings(run_id: str, counts: Sequence[Any], **extra: Any) -> RunSavings:
+        totals = dict(zip(("count", "full", "tokens_full", "tokens_returned"), counts, strict=True))
+        return _run_savings(run_id, {k: int(v or 0) for k, v in totals.items()}, **extra)
+
     runs = [
-        _run_savings(
-            row["run_id"],
-            row,
-            agents=tuple(row["agents"]),
-            last_result_at=row["last_result_at"],
+        savings(
+            row[0],
+            row[2:6],
+            agents=tuple(sorted(names[agent] for agent in row[1])),
+            last_result_at=row[6],
         )
         for row in rows
     ]
-    totals = items.aggregate(**_SAVINGS_TOTALS, runs=Count("run_id", distinct=True))
-    return SavingsOverview(runs=runs, total=_run_savings("", totals), runs_total=totals["runs"])
+    total = savings("", rows[0][8:12] if rows else (0, 0, 0, 0))
+    return SavingsOverview(runs=runs, total=total, runs_total=rows[0][7] if rows else 0)
 
 
 # --- Transforms -------------------------------------------------------------------------------
