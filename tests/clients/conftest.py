@@ -94,8 +94,14 @@ def service(django_db_setup: None, django_db_blocker: Any) -> Iterator[Service]:
         "--bind", f"127.0.0.1:{port}", "--workers", "1",
         "--worker-class", "gthread", "--threads", "4",
         "--timeout", "120", "--graceful-timeout", "5",
-        "--control-socket", str(settings.EMBEDDED.socket_dir / f"clients-{port}.ctl"),
     ]  # fmt: skip
+    from gunicorn.config import KNOWN_SETTINGS
+
+    # gunicorn 25+ keeps a control socket, by default one per user: ours goes in the data folder
+    # so this server never takes it from another gunicorn on the machine.
+    if any(setting.name == "control_socket" for setting in KNOWN_SETTINGS):
+        socket_path = settings.EMBEDDED.socket_dir / f"clients-{port}.ctl"
+        command += ["--control-socket", str(socket_path)]
     with open(log, "ab") as output:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=output)
     try:
