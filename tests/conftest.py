@@ -5,6 +5,7 @@ REDIS_URL), started once per run under var/test and stopped at the end if this r
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -122,7 +123,7 @@ def client_as(db: None) -> Callable[..., Client]:
     """A signed-in browser client of a new person with ``role`` in ``tenant`` (None: no seat)."""
 
     def make(tenant: Tenant | None, role: str = Role.REVIEWER, username: str = "") -> Client:
-        name = username or f"{role}-{tenant.slug if tenant else 'nobody'}"
+        name = username or f"{role}-{tenant.slug if tenant else 'nobody'}-{uuid.uuid4().hex[:6]}"
         user = get_user_model().objects.create_user(username=name, password="not-used-1234")
         if tenant is not None:
             services.membership_grant(tenant=tenant, user=user, role=role)
