@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.test_mcp import _free_port, _wait_listening
+from tests.clients.test_mcp import _wait_listening
+from tests.live_server import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)

@@ -22,6 +22,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from memory.models import Memory
+from tests.live_server import _free_port
 from trust.models import Dissent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,12 +117,6 @@ def test_the_stdio_server_exposes_every_tool(service, planner_key):
     )
     seen = asyncio.run(_session_run(stdio_client(parameters), _every_tool))
     _check_every_tool(seen)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:

@@ -5,10 +5,13 @@ service's OpenAPI schema and only name the method, path, query and body of each 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -157,10 +160,19 @@ class _Base:
             raise error_for(response.status_code, body)
         return body
 
-    def _retryable(self, attempt: int, response: httpx.Response) -> float | None:
+    def _status_retry_delay(self, attempt: int, response: httpx.Response) -> float | None:
+        """How long to wait before resending after this answer, or None to answer with it."""
         if response.status_code in RETRY_STATUSES and attempt < self.retry.retries:
             return self.retry.delay(attempt, response.headers.get("Retry-After"))
         return None
+
+    def _transport_retry_delay(
+        self, call: Call, path: str, attempt: int, exc: httpx.TransportError
+    ) -> float:
+        """How long to wait before resending after a transport failure; raises when not to."""
+        if attempt >= self.retry.retries or not _may_retry_transport_error(call, exc):
+            raise TransportError(f"{call.method} {path}: {exc!r}") from exc
+        return self.retry.delay(attempt, None)
 
 
 class SyncTransport(_Base):
@@ -178,8 +190,6 @@ class SyncTransport(_Base):
     ) -> None:
         super().__init__(base_url=base_url, api_key=api_key, timeout=timeout, retry=retry)
         self._http = http or httpx.Client(base_url=self.base_url, timeout=timeout)
-        import time
-
         self._sleep = sleep or time.sleep
 
     def close(self) -> None:
@@ -193,23 +203,19 @@ class SyncTransport(_Base):
 
     def request(self, call: Call) -> Any:
         path, headers, content = self._prepare(call)
-        attempt = 0
-        while True:
+        for attempt in itertools.count():
             try:
                 response = self._http.request(
                     call.method, path, params=dict(call.params), headers=headers, content=content
                 )
             except httpx.TransportError as exc:
-                if attempt >= self.retry.retries or not _may_retry_transport_error(call, exc):
-                    raise TransportError(f"{call.method} {path}: {exc!r}") from exc
-                self._sleep(self.retry.delay(attempt, None))
-                attempt += 1
+                self._sleep(self._transport_retry_delay(call, path, attempt, exc))
                 continue
-            wait = self._retryable(attempt, response)
+            wait = self._status_retry_delay(attempt, response)
             if wait is None:
                 return self._decode(response)
             self._sleep(wait)
-            attempt += 1
+        raise AssertionError("unreachable")
 
     def paginate(self, fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
         cursor: str | None = None
@@ -236,8 +242,6 @@ class AsyncTransport(_Base):
     ) -> None:
         super().__init__(base_url=base_url, api_key=api_key, timeout=timeout, retry=retry)
         self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
-        import asyncio
-
         self._sleep = sleep or asyncio.sleep
 
     async def aclose(self) -> None:
@@ -251,23 +255,19 @@ class AsyncTransport(_Base):
 
     async def request(self, call: Call) -> Any:
         path, headers, content = self._prepare(call)
-        attempt = 0
-        while True:
+        for attempt in itertools.count():
             try:
                 response = await self._http.request(
                     call.method, path, params=dict(call.params), headers=headers, content=content
                 )
             except httpx.TransportError as exc:
-                if attempt >= self.retry.retries or not _may_retry_transport_error(call, exc):
-                    raise TransportError(f"{call.method} {path}: {exc!r}") from exc
-                await self._sleep(self.retry.delay(attempt, None))
-                attempt += 1
+                await self._sleep(self._transport_retry_delay(call, path, attempt, exc))
                 continue
-            wait = self._retryable(attempt, response)
+            wait = self._status_retry_delay(attempt, response)
             if wait is None:
                 return self._decode(response)
             await self._sleep(wait)
-            attempt += 1
+        raise AssertionError("unreachable")
 
     async def paginate(self, fetch: Callable[[str | None], Awaitable[Page[T]]]) -> AsyncIterator[T]:
         cursor: str | None = None
