@@ -406,9 +406,6 @@ def demo_data_seed(*, tenant: Tenant) -> DemoSeeded:
     # After the ledger's part committed: the seeders build on its agents and runs, and each
     # commits on its own, so one app's failure does not take the others' data with it.
     extras = {name: note for name, seeder in _DEMO_SEEDERS.items() if (note := seeder(tenant))}
-    queued = demo_first_job_runs_queue()
-    if queued:
-        extras["jobs"] = f"{queued} job(s) queued for a first run"
     return DemoSeeded(
         agents_created=agents_created,
         runs_seeded=runs_seeded,

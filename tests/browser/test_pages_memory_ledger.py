@@ -3,8 +3,6 @@ demo data: one real interaction each, and a screenshot of each (var/screenshots/
 
 from __future__ import annotations
 
-from unittest import mock
-
 import pytest
 from django.utils import timezone
 
@@ -20,8 +18,7 @@ from memory.tasks import memories_decay_task, memories_expire_task
 @pytest.fixture
 def demo(tenant):
     """The demo data of ``up --demo``, a longer ledger, and real runs of a few jobs."""
-    with mock.patch("config.celery.app.send_task"):
-        demo_data_seed(tenant=tenant)
+    demo_data_seed(tenant=tenant)
     events_append(
         tenant=tenant,
         drafts=[

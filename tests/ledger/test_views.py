@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django.asserts import assertContains, assertNotContains, assertRedirects
 
+from ledger.demo import demo_first_job_runs_queue
 from ledger.jobs import CHAIN_VERIFY_JOB, JOBS, job_schedules_ensure
 from ledger.models import Event, JobRun
 from ledger.selectors import EventFilters, event_first_seq_at, event_kinds, events_browse
@@ -359,3 +360,16 @@ def test_no_page_has_inline_script_or_style(tenant, reviewer_client):
         assert " style=" not in body
         assert " on" + "click=" not in body
         assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", body), body
+
+
+def test_up_demo_queues_each_job_that_never_ran_once():
+    JobRun.objects.create(
+        job="memory.decay", status=JobRun.Status.SUCCEEDED, started_at=timezone.now()
+    )
+
+    with mock.patch("config.celery.app.send_task") as send:
+        queued = demo_first_job_runs_queue()
+
+    tasks = [call.args[0] for call in send.call_args_list]
+    assert queued == len(JOBS) - 1
+    assert sorted(tasks) == sorted(s.task for n, s in JOBS.items() if n != "memory.decay")

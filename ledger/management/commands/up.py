@@ -33,7 +33,12 @@ from django.db import connections
 from config import embedded
 from config.env import env_int, env_str
 from config.health import health_report
-from ledger.demo import admin_user_ensure, demo_data_seed, demo_tenant_ensure
+from ledger.demo import (
+    admin_user_ensure,
+    demo_data_seed,
+    demo_first_job_runs_queue,
+    demo_tenant_ensure,
+)
 from ledger.jobs import job_schedules_ensure
 
 RESTART_BACKOFF_FIRST_SECONDS = 1.0
@@ -534,6 +539,10 @@ class Command(BaseCommand):
                 self._say("demo data already present")
             for app, note in seeded.extras.items():
                 self._say(f"demo {app} data added: {note}")
+            # Here, not in the seeding: only a starting service has a worker to run them.
+            queued = demo_first_job_runs_queue()
+            if queued:
+                self._say(f"{queued} job(s) that never ran queued for a first run")
             if seeded.api_key is not None:
                 notes += [
                     f"  Demo API key (tenant '{tenant.slug}', role admin): {seeded.api_key}",
