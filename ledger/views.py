@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
 
 from config.views import HtmxHttpRequest
 from ledger.forms import EventFilterForm
@@ -34,16 +35,24 @@ PAYLOAD_SUMMARY_CHARS = 160
 def membership_required(view: View) -> View:
     """Signed in (else the login page) and seated in a tenant (else 403).
 
-    Every seat may read the dashboards; actions that need more check the role themselves.
+    Every seat may read the dashboards; actions that need more check the role themselves. The
+    response varies with HX-Request: one URL answers with a whole page or with a partial, and a
+    cache must not hand the partial to a full page load.
     """
 
     @wraps(view)
+    @vary_on_headers("HX-Request")
     def wrapped(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if request.membership is None:
             raise PermissionDenied("You have no seat in a tenant.")
         return view(request, *args, **kwargs)
 
     return login_required(wrapped)
+
+
+def partial_wanted(request: HtmxHttpRequest) -> bool:
+    """An HTMX swap asks for a partial; HTMX restoring a page from history wants all of it."""
+    return bool(request.htmx) and not request.htmx.history_restore_request
 
 
 def tenant_membership(request: HtmxHttpRequest) -> Membership:
@@ -64,10 +73,10 @@ def _event_row(event: Event) -> EventRow:
     # Agent-written text: the template escapes both renderings like any other string.
     compact = json.dumps(event.payload, ensure_ascii=False, separators=(", ", ": "))
     pretty = json.dumps(event.payload, ensure_ascii=False, indent=2)
-    summary = compact if len(compact) <= PAYLOAD_SUMMARY_CHARS else compact[:PAYLOAD_SUMMARY_CHARS]
+    cut = len(compact) > PAYLOAD_SUMMARY_CHARS
     return EventRow(
         event=event,
-        summary=summary + ("…" if len(compact) > PAYLOAD_SUMMARY_CHARS else ""),
+        summary=compact[:PAYLOAD_SUMMARY_CHARS] + ("…" if cut else ""),
         pretty=pretty[:EVENT_PAYLOAD_PREVIEW_CHARS],
         truncated=len(pretty) > EVENT_PAYLOAD_PREVIEW_CHARS,
     )
@@ -79,7 +88,8 @@ def ledger_browser(request: HtmxHttpRequest) -> HttpResponse:
     tenant = tenant_membership(request).tenant
     form = EventFilterForm(request.GET)
     if not form.is_valid():
-        template = "ledger/partials/events.html" if request.htmx else "ledger/browser.html"
+        partial = partial_wanted(request)
+        template = "ledger/partials/events.html" if partial else "ledger/browser.html"
         return render(request, template, {"form": form, "rows": []}, status=400)
     page = events_browse(
         tenant=tenant, filters=form.filters(), before_seq=form.cleaned_data["before_seq"]
@@ -95,9 +105,9 @@ def ledger_browser(request: HtmxHttpRequest) -> HttpResponse:
         "next_query": next_query,
         "filtered": bool(query),
     }
-    if request.htmx and form.cleaned_data["before_seq"]:
+    if partial_wanted(request) and form.cleaned_data["before_seq"]:
         return render(request, "ledger/partials/event_rows.html", context)
-    if request.htmx:
+    if partial_wanted(request):
         return render(request, "ledger/partials/events.html", context)
     context |= {
         "chain": chain_check_status(tenant=tenant),
@@ -126,5 +136,5 @@ def jobs_status(request: HtmxHttpRequest) -> HttpResponse:
         # Django admin; the page only links there.
         "can_edit_schedules": membership.role == Role.ADMIN,
     }
-    template = "ledger/partials/jobs_table.html" if request.htmx else "ledger/jobs.html"
+    template = "ledger/partials/jobs_table.html" if partial_wanted(request) else "ledger/jobs.html"
     return render(request, template, context)

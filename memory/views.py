@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 
 from config.views import HtmxHttpRequest
 from ledger.models import Agent
-from ledger.views import membership_required, tenant_membership
+from ledger.views import membership_required, partial_wanted, tenant_membership
 from memory.content_store import content_runs_savings
 from memory.forms import (
     DEFAULT_PERIOD,
@@ -119,7 +119,7 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
             context["hits"] = [_hit_view(hit, weights) for hit in context["outcome"].hits]
     else:
         status = 400
-    if request.htmx:
+    if partial_wanted(request):
         return render(request, "memory/partials/explorer_results.html", context, status=status)
     context["agents"] = list(Agent.objects.for_tenant(tenant).order_by("name")[:500])
     return render(request, "memory/explorer.html", context, status=status)
@@ -140,5 +140,7 @@ def token_savings(request: HtmxHttpRequest) -> HttpResponse:
         "rows": [(run, bar_step(run.returned_ratio)) for run in overview.runs],
         "total_step": bar_step(overview.total.returned_ratio),
     }
-    template = "memory/partials/savings.html" if request.htmx else "memory/token_savings.html"
+    template = (
+        "memory/partials/savings.html" if partial_wanted(request) else "memory/token_savings.html"
+    )
     return render(request, template, context, status=200 if form.is_valid() else 400)

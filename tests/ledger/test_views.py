@@ -373,3 +373,13 @@ def test_up_demo_queues_each_job_that_never_ran_once():
     tasks = [call.args[0] for call in send.call_args_list]
     assert queued == len(JOBS) - 1
     assert sorted(tasks) == sorted(s.task for n, s in JOBS.items() if n != "memory.decay")
+
+
+@pytest.mark.parametrize("url", ["/ledger/", "/jobs/", "/memory/", "/memory/token-savings/"])
+def test_pages_vary_on_htmx_and_restore_history_whole(reviewer_client, url):
+    partial = reviewer_client.get(url, headers=HTMX)
+    restore = reviewer_client.get(url, headers={**HTMX, "HX-History-Restore-Request": "true"})
+
+    assert "HX-Request" in partial["Vary"]
+    assert "<html" not in partial.content.decode()
+    assert "<html" in restore.content.decode()
