@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from _service import Stack, service_stack
+from _service import Stack, _stop_process, service_stack
 from _setup import ROOT, percentile
 
 OPERATIONS = (("search", 0.70), ("store", 0.20), ("dissent", 0.05), ("override", 0.05))
@@ -225,16 +225,6 @@ def start_worker(stack: Stack) -> subprocess.Popen[bytes]:
         )  # fmt: skip
 
 
-def stop_worker(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @contextlib.contextmanager
 def celery_worker(stack: Stack) -> Iterator[list[subprocess.Popen[bytes]]]:
     processes = [start_worker(stack)]
@@ -242,7 +232,7 @@ def celery_worker(stack: Stack) -> Iterator[list[subprocess.Popen[bytes]]]:
         yield processes
     finally:
         for process in processes:
-            stop_worker(process)
+            _stop_process(process)
 
 
 # --- Faults -------------------------------------------------------------------------------------

@@ -102,8 +102,36 @@ def outage_then_recovery(
     return recovery
 
 
-@pytest.mark.skipif(bool(os.environ.get("REDIS_URL")), reason="needs the embedded Redis")
-def test_while_redis_is_down_the_api_answers_503_and_recovers_by_itself(server, admin_key):
+def _postgres_start(layout: embedded.EmbeddedLayout) -> None:
+    embedded.postgres_start(layout)
+    # This test process's own connections died with the server too.
+    connections.close_all()
+
+
+OUTAGES = [
+    pytest.param(
+        "redis",
+        embedded.redis_stop,
+        embedded.redis_start,
+        marks=pytest.mark.skipif(bool(os.environ.get("REDIS_URL")), reason="embedded Redis only"),
+        id="redis",
+    ),
+    pytest.param(
+        "database",
+        embedded.postgres_stop,
+        _postgres_start,
+        marks=pytest.mark.skipif(
+            bool(os.environ.get("DATABASE_URL")), reason="embedded PostgreSQL only"
+        ),
+        id="postgres",
+    ),
+]
+
+
+@pytest.mark.parametrize(("dependency", "stop", "start"), OUTAGES)
+def test_while_a_dependency_is_down_the_api_answers_503_and_recovers_by_itself(
+    server, admin_key, dependency, stop, start
+):
     tenant, key = admin_key
     layout = settings.EMBEDDED
 
@@ -111,31 +139,9 @@ def test_while_redis_is_down_the_api_answers_503_and_recovers_by_itself(server, 
         server,
         tenant,
         key,
-        dependency="redis",
-        stop=lambda: embedded.redis_stop(layout),
-        start=lambda: embedded.redis_start(layout),
-    )
-
-    assert recovery <= RECOVERY_LIMIT_SECONDS
-
-
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="needs the embedded PostgreSQL")
-def test_while_postgres_is_down_the_api_answers_503_and_recovers_by_itself(server, admin_key):
-    tenant, key = admin_key
-    layout = settings.EMBEDDED
-
-    def start() -> None:
-        embedded.postgres_start(layout)
-        # This test process's own connections died with the server too.
-        connections.close_all()
-
-    recovery = outage_then_recovery(
-        server,
-        tenant,
-        key,
-        dependency="database",
-        stop=lambda: embedded.postgres_stop(layout),
-        start=start,
+        dependency=dependency,
+        stop=lambda: stop(layout),
+        start=lambda: start(layout),
     )
 
     assert recovery <= RECOVERY_LIMIT_SECONDS
