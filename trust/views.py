@@ -205,6 +205,7 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         stats=selectors.long_term_stats(agent=agent, now=now),
         flags=selectors.agent_gaming_flags(agent=agent),
         on_probation=selectors.agent_on_probation(agent=agent, now=now),
+        probation_rounds=settings.PROBATION_MIN_ROUNDS,
     )
     return render(request, "trust/agent.html", context)
 
