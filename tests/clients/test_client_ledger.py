@@ -3,8 +3,6 @@ typed errors and the Idempotency-Key it sends on every POST."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from agent_memory_client import (
     AsyncClient,
@@ -17,6 +15,7 @@ from agent_memory_client import (
 )
 
 from ledger.models import Agent, Event
+from tests.clients.threads import run_async
 
 NOTE = "agent.note"
 
@@ -118,4 +117,4 @@ def test_the_async_client_does_the_same(tenant_keys):
                 await api.agents_get(999_999)
             return [agent["name"] async for agent in api.agents_iter(page_size=2)]
 
-    assert asyncio.run(scenario()) == ["A1", "A2", "A3"]
+    assert run_async(scenario()) == ["A1", "A2", "A3"]

@@ -3,12 +3,11 @@ recall and reflections, and the content store, as an agent-scoped key uses them.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from agent_memory_client import AsyncClient, BadRequestError, Client, NotFoundError
 
 from memory.models import Memory
+from tests.clients.threads import run_async
 
 
 @pytest.fixture
@@ -149,7 +148,7 @@ def test_the_async_client_searches_and_pages_memories(tenant_keys, agent: Client
             contents = [m["content"] async for m in api.memories_iter(page_size=2)]
             return len(found["results"]), len(contents)
 
-    assert asyncio.run(scenario()) == (3, 3)
+    assert run_async(scenario()) == (3, 3)
 
 
 def test_a_search_retried_with_its_key_replays_the_first_answer(agent: Client):

@@ -3,7 +3,6 @@ front of the real server: a retried POST keeps its Idempotency-Key, so it is wri
 
 from __future__ import annotations
 
-import asyncio
 import socket
 
 import pytest
@@ -18,6 +17,7 @@ from agent_memory_client import (
 
 from ledger.models import Agent, Event
 from tests.clients.standin_proxy import DROP_ANSWER, FORWARD, UNAVAILABLE, standin_proxy
+from tests.clients.threads import run_async
 
 NOTE = "agent.note"
 
@@ -110,7 +110,7 @@ def test_the_async_client_retries_503_with_the_same_key(service, tenant_keys):
             return await api.events_create(kind=NOTE, actor="system", payload={"n": 2})
 
     with standin_proxy(service.port, [UNAVAILABLE, FORWARD]) as proxy:
-        event = asyncio.run(scenario(proxy.url))
+        event = run_async(scenario(proxy.url))
     assert event["payload"] == {"n": 2}
     assert proxy.seen[0][2] == proxy.seen[1][2]
     assert Event.objects.filter(kind=NOTE).count() == 1

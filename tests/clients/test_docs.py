@@ -3,6 +3,7 @@ page, like a reader pasting them into one session) against the real server."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients.test_mcp import _wait_listening
+from tests.clients.threads import in_fresh_thread
 from tests.live_server import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +32,9 @@ def _run_blocks(page: str, monkeypatch, env: dict[str, str]) -> None:
     assert blocks, f"no python blocks in {page}"
     namespace: dict[str, object] = {"__name__": f"docs_{page}"}
     for number, source in enumerate(blocks, 1):
+        code = compile(source, f"{page} block {number}", "exec")
         try:
-            exec(compile(source, f"{page} block {number}", "exec"), namespace)  # noqa: S102
+            in_fresh_thread(functools.partial(exec, code, namespace))
         except Exception as exc:  # name the block, its source is in the traceback's file name
             pytest.fail(f"{page} block {number} failed: {exc!r}\n{source}")
 

@@ -3,7 +3,6 @@ streamable HTTP, against the real server, with an agent-scoped key."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -22,6 +21,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from memory.models import Memory
+from tests.clients.threads import run_async
 from tests.live_server import _free_port
 from trust.models import Dissent
 
@@ -115,7 +115,7 @@ def test_the_stdio_server_exposes_every_tool(service, planner_key):
         env=_env(service, planner_key),
         cwd=str(ROOT),
     )
-    seen = asyncio.run(_session_run(stdio_client(parameters), _every_tool))
+    seen = run_async(_session_run(stdio_client(parameters), _every_tool))
     _check_every_tool(seen)
 
 
@@ -150,7 +150,7 @@ def http_server(service, planner_key) -> Iterator[str]:
 
 
 def test_the_streamable_http_server_exposes_every_tool(http_server):
-    seen = asyncio.run(_session_run(streamable_http_client(http_server), _every_tool))
+    seen = run_async(_session_run(streamable_http_client(http_server), _every_tool))
     _check_every_tool(seen)
 
 
