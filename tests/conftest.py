@@ -71,6 +71,10 @@ def celery_worker() -> Iterator[Any]:
 
     from config.celery import app
 
+    # Tasks queued by earlier tests (API calls queue embeddings and retrieval counts) name rows
+    # those tests' rollbacks removed; a backlog of them would also hold the ping check up past
+    # its timeout on a busy machine.
+    app.control.purge()
     with start_worker(app, pool="solo", perform_ping_check=True, loglevel="WARNING") as worker:
         yield worker
 
