@@ -27,7 +27,6 @@ class ApiError(AgentMemoryError):
         code: str,
         message: str,
         details: dict[str, Any] | None = None,
-        replayed: bool = False,
     ) -> None:
         text = f"{status} {code}: {message}"
         if details:
@@ -37,7 +36,6 @@ class ApiError(AgentMemoryError):
         self.code = code
         self.message = message
         self.details: dict[str, Any] = details or {}
-        self.replayed = replayed
 
 
 class BadRequestError(ApiError):
