@@ -44,9 +44,6 @@ RENAMES = {
     "v1_trust_metrics_retrieve": "trust_metrics",
     "v1_trust_export_retrieve": "trust_export",
 }
-# Answers whose schema does not say what the server sends: drf-spectacular wraps every "list"
-# action in an array, but the jobs endpoint answers one object holding "results".
-RESULT_OVERRIDES = {"v1_jobs_list": "types.JobList"}
 SUFFIXES = {
     "_retrieve": "_get",
     "_partial_update": "_update",
@@ -156,8 +153,6 @@ class Operation:
 
 
 def _result(operation: dict[str, Any]) -> tuple[str, str | None]:
-    if operation["operationId"] in RESULT_OVERRIDES:
-        return RESULT_OVERRIDES[operation["operationId"]], None
     for code in ("200", "201", "204"):
         response = operation.get("responses", {}).get(code)
         if response is None:
