@@ -84,7 +84,7 @@ def load(*, events: int, results: int) -> tuple[Any, Any]:
         say(f"{slug}: {size:,} events in {time.perf_counter() - started:.1f} s")
         for number in range(40):
             Agent.objects.get_or_create(tenant=tenant, name=f"agent-{number}")
-        agent = Agent.objects.filter(tenant=tenant).order_by("pk").first()
+        agent = Agent.objects.filter(tenant=tenant).order_by("pk")[0]
         started = time.perf_counter()
         with connection.cursor() as cursor:
             cursor.execute(
