@@ -383,3 +383,10 @@ def test_pages_vary_on_htmx_and_restore_history_whole(reviewer_client, url):
     assert "HX-Request" in partial["Vary"]
     assert "<html" not in partial.content.decode()
     assert "<html" in restore.content.decode()
+
+
+def test_a_person_without_a_seat_is_told_why(client_as):
+    response = client_as(None).get("/ledger/")
+
+    assert response.status_code == 403
+    assertContains(response, "no seat in a tenant", status_code=403)
