@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.db import DataError
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, pagination, status
 
@@ -82,6 +83,18 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return Response(
             error_body("payload_too_large", "The request body is larger than this server accepts."),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, DataError):
+        # PostgreSQL refused a value the request carried (a NUL character in JSON, a time zone
+        # offset past ±15:59, ...): the request's fault, and the transaction rolled back. The
+        # database's message is not echoed: it quotes internals.
+        return Response(
+            error_body(
+                "invalid_value",
+                "A value in the request cannot be stored or compared (for example a NUL "
+                "character, or a time zone offset out of range); nothing was changed.",
+            ),
+            status=status.HTTP_400_BAD_REQUEST,
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()

@@ -6,6 +6,7 @@ import pytest
 from django.core.management import call_command
 
 from ledger.models import Agent
+from memory.models import Memory
 
 pytestmark = pytest.mark.django_db
 
@@ -71,3 +72,34 @@ def test_kb_search_answers_200(api_as, tenant):
     )
 
     assert response.status_code == 200
+
+
+def test_a_time_zone_offset_postgresql_refuses_is_a_400_not_a_500(api_as, tenant):
+    # Was a 500: DataError "time zone displacement out of range" (+22:36).
+    response = api_as(tenant).get("/api/v1/events/", {"until": "2026-11-25T04:11:02.8+22:36"})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_value"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/memories/", "/api/v1/memories/batch/"])
+def test_a_nul_character_in_json_metadata_is_a_400_and_stores_nothing(
+    api_as, tenant, make_agent, path
+):
+    # Was a 500: jsonb cannot hold \u0000 ("unsupported Unicode escape sequence").
+    make_agent(tenant, name="Keeper")
+    memory = {"content": "kept", "metadata": {"\u0000key": {"a": "b\u0000"}}}
+    body = (
+        {"agent": "Keeper", "memories": [memory]}
+        if path.endswith("batch/")
+        else {
+            "agent": "Keeper",
+            **memory,
+        }
+    )
+
+    response = api_as(tenant).post(path, body, format="json", HTTP_IDEMPOTENCY_KEY="nul-1")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_value"
+    assert not Memory.objects.filter(tenant=tenant).exists()
