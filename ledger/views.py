@@ -106,7 +106,7 @@ def ledger_browser(request: HtmxHttpRequest) -> HttpResponse:
         "filtered": bool(query),
     }
     if partial_wanted(request) and form.cleaned_data["before_seq"]:
-        return render(request, "ledger/partials/event_rows.html", context)
+        return render(request, "ledger/partials/event_rows.html", context | {"appended": True})
     if partial_wanted(request):
         return render(request, "ledger/partials/events.html", context)
     context |= {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from ledger.demo import demo_data_seed
 from ledger.jobs import job_schedules_ensure
@@ -76,6 +77,7 @@ def test_the_ledger_browser_loads_older_events_in_place(page_as, demo, screensho
     page.get_by_role("link", name="Load older events").click()
     # (No wait_for_function: the Content-Security-Policy refuses its string evaluation.)
     page.locator(".event-row").nth(50).wait_for()
+    expect(page.locator(".event-row").nth(50)).to_be_focused()
 
     seqs = [
         int(s)

@@ -155,6 +155,10 @@ def test_load_more_pages_by_seq_without_gaps_or_repeats(tenant, reviewer_client)
     assert "<html" not in body
     assert "<table" not in body
     assert seqs(page2) == made[50:100]
+    # Keyboard users land on the first new row, where the link they pressed was.
+    assert f'data-seq="{made[50]}" tabindex="-1" autofocus>' in body
+    assert body.count("autofocus") == 1
+    assert "autofocus" not in response.content.decode()
     more = re.search(r'hx-get="\?([^"]+)"', body).group(1).replace("&amp;", "&")
     page3 = reviewer_client.get(f"/ledger/?{more}", headers=HTMX)
     assert seqs(page3) == made[100:]
