@@ -110,12 +110,16 @@ class Memory(models.Model):
             # btree_gin puts the agent in the same index, so a keyword lookup reads one agent's
             # postings instead of the whole tenant's.
             GinIndex(fields=["agent", "search_vector"], name="memory_search_vector"),
+            # Archived memories are never searched, and leaving them out means archiving (decay,
+            # quota) writes the row's new version without a new graph node, the costliest part
+            # of an update on this table.
             HnswIndex(
                 name="memory_embedding_hnsw",
                 fields=["embedding"],
                 m=16,
                 ef_construction=64,
                 opclasses=["vector_cosine_ops"],
+                condition=models.Q(archived_at__isnull=True),
             ),
         ]
 
