@@ -114,6 +114,13 @@ COPY_TYPES = (
 )
 
 
+def hnsw_scan_configure(cursor: Any, *, ef_search: int) -> None:
+    """The service's own session settings for an HNSW scan (imported once Django is set up)."""
+    from memory.selectors import hnsw_scan_configure as configure
+
+    configure(cursor, ef_search=ef_search)
+
+
 def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
@@ -536,11 +543,7 @@ def ef_search_sweep(
         latency = []
         for q, answer in zip(queries, exact, strict=True):
             with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-                    " set_config('hnsw.ef_search', %s, true)",
-                    [str(ef)],
-                )
+                hnsw_scan_configure(cursor, ef_search=ef)
                 started = time.perf_counter()
                 cursor.execute(index_sql, nearest_params(q, tenant_id))
                 found = [(int(i), float(d)) for i, d in cursor.fetchall()]
@@ -559,8 +562,9 @@ def hnsw_share(sql: str, queries: Sequence[Query], params_of: Callable[[Query], 
     used = 0
     for q in queries:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-            cursor.execute("EXPLAIN " + sql, params_of(q))
+            params = params_of(q)
+            hnsw_scan_configure(cursor, ef_search=params.get("ef_search", 400))
+            cursor.execute("EXPLAIN " + sql, params)
             used += any("memory_embedding_hnsw" in str(r[0]) for r in cursor.fetchall())
     return f"HNSW index in {used} of {len(queries)} plans"
 
@@ -597,11 +601,7 @@ def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Re
             agent=agent, query=q.text, vector=q.vector, filters=filters, now=timezone.now()
         )
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-                " set_config('hnsw.ef_search', %s, true)",
-                [str(search.HNSW_EF_SEARCH)],
-            )
+            hnsw_scan_configure(cursor, ef_search=params["ef_search"])
             cursor.execute(sql, params)
             found = [int(r[0]) for r in cursor.fetchall()][:K]
         strict, tolerant = recall_of(
@@ -630,11 +630,7 @@ def time_candidates_sql(queries: Sequence[Query], filters: Any) -> list[float]:
             now=timezone.now(),
         )  # fmt: skip
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-                " set_config('hnsw.ef_search', %s, true)",
-                [str(search.HNSW_EF_SEARCH)],
-            )
+            hnsw_scan_configure(cursor, ef_search=params["ef_search"])
             cursor.execute(sql, params)
             cursor.fetchall()
         if number >= WARM_UP:
@@ -667,11 +663,7 @@ def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
         params = {**params, "query": q.text}
         for name, sql in parts.items():
             with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-                    " set_config('hnsw.ef_search', %s, true)",
-                    [str(search.HNSW_EF_SEARCH)],
-                )
+                hnsw_scan_configure(cursor, ef_search=params["ef_search"])
                 started = time.perf_counter()
                 cursor.execute(sql, params)
                 rows = cursor.fetchall()
@@ -693,11 +685,7 @@ def explain_candidates_sql(query: Query, filters: Any) -> list[str]:
         agent=agent, query=query.text, vector=query.vector, filters=filters, now=timezone.now()
     )
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-            " set_config('hnsw.ef_search', %s, true)",
-            [str(search.HNSW_EF_SEARCH)],
-        )
+        hnsw_scan_configure(cursor, ef_search=params["ef_search"])
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
         lines = [str(r[0]) for r in cursor.fetchall()]
     # The query vector is printed in full in every node that uses it.
@@ -771,6 +759,9 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="print one query plan per case")
     parser.add_argument("--data-dir", type=Path, default=ROOT / "var" / "bench-memory-scale")
     parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
+    parser.add_argument(
+        "--skip-recall", action="store_true", help="latency only (recall needs exact scans)"
+    )
     parser.add_argument(
         "--reuse",
         action="store_true",
@@ -878,62 +869,30 @@ def loaded_dataset(args: argparse.Namespace) -> tuple[Any, list[AgentRows]] | No
     ]
 
 
-def run(stack: Stack, args: argparse.Namespace) -> None:
+def report_recall(
+    conn: Any,
+    args: argparse.Namespace,
+    tenant_pk: int,
+    agents: Sequence[AgentRows],
+    big_queries: Sequence[Query],
+    small_queries: Sequence[Query],
+) -> None:
+    """recall@10 of each case against exact search, the plans chosen, and the index path's
+    recall and latency at several hnsw.ef_search values."""
     from memory.search import SearchFilters
 
-    conn = raw_connection()
-    check_copy_columns(conn)
-    server = conn.execute("SHOW server_version").fetchone()[0]
-    pgvector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-    say(f"PostgreSQL {server}, pgvector {pgvector.fetchone()[0]}")
-    vocabulary = made_up_vocabulary(args.vocabulary * 2, args.seed)
-    # Keep only words PostgreSQL's english configuration indexes (no stop words, no empties).
-    kept = conn.execute(
-        "SELECT w FROM unnest(%s::text[]) WITH ORDINALITY AS v(w, n) "
-        "WHERE to_tsvector('english', w) <> ''::tsvector ORDER BY n",
-        [vocabulary],
-    ).fetchall()
-    vocabulary = [str(r[0]) for r in kept][: args.vocabulary]
-    synthetic = Synthetic(clusters=args.clusters, vocabulary=vocabulary, seed=args.seed)
-    loaded = loaded_dataset(args) if args.reuse else None
-    if loaded is not None:
-        tenant, agents = loaded
-        key = stack.admin_key_for(tenant)
-        say(f"reusing the {sum(a.count for a in agents):,} memories already in {args.data_dir}")
-    else:
-        tenant, key = stack.tenant_with_admin_key(slug="bench-scale")
-        agents = load_dataset(conn, args, tenant, synthetic)
-    # Queries around the same topics, drawn the same whether or not the data was loaded now.
-    synthetic.rng = np.random.default_rng(args.seed + 1)
-    total = sum(a.count for a in agents)
-    queries_rng_vectors, query_clusters = synthetic.vectors(args.queries * 2)
-    query_texts = synthetic.texts(query_clusters, 3, 6)
-    big_queries = [
-        Query(agents[0], query_texts[i], queries_rng_vectors[i].tolist())
-        for i in range(args.queries)
-    ]
-    small_agents = agents[1:] or agents[:1]
-    small_queries = [
-        Query(
-            small_agents[i % len(small_agents)],
-            query_texts[args.queries + i],
-            queries_rng_vectors[args.queries + i].tolist(),
-        )
-        for i in range(args.queries)
-    ]
     flagged = SearchFilters(tags=(FLAG_TAG,))
-    unfiltered = SearchFilters()
+    total = sum(a.count for a in agents)
     share_small = args.per_agent / total
-
     say(f"recall@{K} against exact search, {args.queries} queries per case; load {load_average()}")
-    big_recall, nearest_big, _ = recall_of_selector(conn, big_queries, tenant.pk)
-    small_recall, nearest_small, small_exact = recall_of_selector(conn, small_queries, tenant.pk)
+    big_recall, nearest_big, big_exact = recall_of_selector(conn, big_queries, tenant_pk)
+    small_recall, nearest_small, small_exact = recall_of_selector(conn, small_queries, tenant_pk)
     flag_recall = recall_of_dense_leg(conn, big_queries, flagged)
     big_share = agents[0].count / total
     from memory.selectors import nearest_sql
 
     def selector_params(q: Query) -> dict[str, Any]:
-        return nearest_params(q, tenant.pk)
+        return nearest_params(q, tenant_pk)
 
     def dense_params(q: Query) -> dict[str, Any]:
         from django.utils import timezone
@@ -962,9 +921,62 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
     )
     print(f"  memories_nearest latency, big agent:   {spread(nearest_big)} ms")
     print(f"  memories_nearest latency, small agent: {spread(nearest_small)} ms")
-    print("  the selector's SQL for the small agents at other hnsw.ef_search values:")
-    for label, result, latency in ef_search_sweep(small_queries, small_exact, tenant.pk):
-        print(f"    {label:14} {result.line()}; {spread(latency)} ms")
+    for label, queries, exact in (
+        ("big agent", big_queries, big_exact),
+        ("small agents", small_queries, small_exact),
+    ):
+        print(f"  the selector's index path for the {label} at hnsw.ef_search values:")
+        for setting, result, latency in ef_search_sweep(queries, exact, tenant_pk):
+            print(f"    {setting:14} {result.line()}; {spread(latency)} ms")
+
+
+def run(stack: Stack, args: argparse.Namespace) -> None:
+    from memory.search import SearchFilters
+
+    conn = raw_connection()
+    check_copy_columns(conn)
+    server = conn.execute("SHOW server_version").fetchone()[0]
+    pgvector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    say(f"PostgreSQL {server}, pgvector {pgvector.fetchone()[0]}")
+    vocabulary = made_up_vocabulary(args.vocabulary * 2, args.seed)
+    # Keep only words PostgreSQL's english configuration indexes (no stop words, no empties).
+    kept = conn.execute(
+        "SELECT w FROM unnest(%s::text[]) WITH ORDINALITY AS v(w, n) "
+        "WHERE to_tsvector('english', w) <> ''::tsvector ORDER BY n",
+        [vocabulary],
+    ).fetchall()
+    vocabulary = [str(r[0]) for r in kept][: args.vocabulary]
+    synthetic = Synthetic(clusters=args.clusters, vocabulary=vocabulary, seed=args.seed)
+    loaded = loaded_dataset(args) if args.reuse else None
+    if loaded is not None:
+        tenant, agents = loaded
+        key = stack.admin_key_for(tenant)
+        say(f"reusing the {sum(a.count for a in agents):,} memories already in {args.data_dir}")
+    else:
+        tenant, key = stack.tenant_with_admin_key(slug="bench-scale")
+        agents = load_dataset(conn, args, tenant, synthetic)
+    # Queries around the same topics, drawn the same whether or not the data was loaded now.
+    synthetic.rng = np.random.default_rng(args.seed + 1)
+    queries_rng_vectors, query_clusters = synthetic.vectors(args.queries * 2)
+    query_texts = synthetic.texts(query_clusters, 3, 6)
+    big_queries = [
+        Query(agents[0], query_texts[i], queries_rng_vectors[i].tolist())
+        for i in range(args.queries)
+    ]
+    small_agents = agents[1:] or agents[:1]
+    small_queries = [
+        Query(
+            small_agents[i % len(small_agents)],
+            query_texts[args.queries + i],
+            queries_rng_vectors[args.queries + i].tolist(),
+        )
+        for i in range(args.queries)
+    ]
+    flagged = SearchFilters(tags=(FLAG_TAG,))
+    unfiltered = SearchFilters()
+
+    if not args.skip_recall:
+        report_recall(conn, args, tenant.pk, agents, big_queries, small_queries)
 
     say(f"database part of a search, {args.queries} queries per case; load {load_average()}")
     cases = [

@@ -42,7 +42,7 @@ from memory.local_embedder import DIMENSIONS
 from memory.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKey, KnowledgeKind
 from memory.policies import content_hash
 from memory.sealing import key_new, seal
-from memory.selectors import vector_literal
+from memory.selectors import hnsw_scan_configure, vector_literal
 
 logger = logging.getLogger(__name__)
 
@@ -507,11 +507,7 @@ def _candidate_rows(
     with transaction.atomic(), connection.cursor() as cursor:
         # HNSW with iterative scans (pgvector 0.8): another tenant's chunks never starve the
         # nearest ``limit`` of this one; the index scans on, in exact order, until it has them.
-        cursor.execute(
-            "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-            " set_config('hnsw.ef_search', %s, true)",
-            [str(max(40, 2 * limit))],
-        )
+        hnsw_scan_configure(cursor, ef_search=max(40, 2 * limit))
         cursor.execute(sql, params)
         return list(cursor.fetchall())
 

@@ -36,6 +36,8 @@ from memory.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_W
 from memory.selectors import (
     EXACT_SCAN_MAX_MEMORIES,
     HNSW_EF_SEARCH,
+    hnsw_ef_search,
+    hnsw_scan_configure,
     semantic_order,
     vector_literal,
 )
@@ -131,12 +133,19 @@ class SearchOutcome:
 
 # --- agent memory ------------------------------------------------------------------------------
 
-# BM25 statistics of the query's lexemes among the agent's keyword documents.
+# BM25 statistics of the query's lexemes among the agent's keyword documents, with the agent's
+# totals and the table's estimated row count (one row with a NULL lexeme when the query has
+# none): what the semantic leg's plan is chosen by.
 LEXEME_STATS_SQL = """
-SELECT u.lexeme, coalesce(t.df, 0), coalesce(s.documents, 0), coalesce(s.positions, 0)
-FROM unnest(to_tsvector('english', %(query)s)) AS u
+SELECT u.lexeme, coalesce(t.df, 0), s.documents, s.positions, s.table_rows
+FROM (
+    SELECT coalesce(max(documents), 0) AS documents, coalesce(max(positions), 0) AS positions,
+           (SELECT greatest(reltuples, 0) FROM pg_class
+            WHERE oid = 'memory_memory'::regclass) AS table_rows
+    FROM memory_memorysearchtotals WHERE agent_id = %(agent)s
+) AS s
+LEFT JOIN unnest(to_tsvector('english', %(query)s)) AS u ON true
 LEFT JOIN memory_memoryterm AS t ON t.agent_id = %(agent)s AND t.lexeme = u.lexeme
-LEFT JOIN memory_memorysearchtotals AS s ON s.agent_id = %(agent)s
 """
 
 ACTIVE_MEMORY = """
@@ -214,6 +223,19 @@ def bm25_idf(*, documents: int, df: int) -> float:
     return math.log(1 + (documents - df + 0.5) / (df + 0.5))
 
 
+# Tags, metadata and memory type narrow the agent's rows by an unknown share: assumed a tenth,
+# which gives the index its widest list.
+NARROWING_FILTER_SHARE = 0.1
+
+
+def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilters) -> float:
+    """The share of the indexed rows the semantic leg's filters are expected to keep."""
+    share = agent_memories / max(table_rows, agent_memories, 1)
+    if filters.tags or filters.metadata or filters.memory_type:
+        share *= NARROWING_FILTER_SHARE
+    return share
+
+
 def semantic_scan_is_exact(agent_memories: int, filters: SearchFilters) -> bool:
     """Whether the semantic leg reads the agent's matching rows and sorts them (exact) rather
     than asking the HNSW index (see memory.selectors.EXACT_SCAN_MAX_MEMORIES)."""
@@ -236,9 +258,9 @@ def memory_candidates_query(
     """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
     with connection.cursor() as cursor:
         cursor.execute(LEXEME_STATS_SQL, {"query": query, "agent": agent.pk})
-        stats = cursor.fetchall()
-    documents = int(stats[0][2]) if stats else 0
-    positions = int(stats[0][3]) if stats else 0
+        rows = cursor.fetchall()
+    documents, positions, table_rows = int(rows[0][2]), int(rows[0][3]), float(rows[0][4])
+    stats = [row for row in rows if row[0] is not None]
     lexemes = [str(row[0]) for row in stats]
     idfs = [bm25_idf(documents=documents, df=int(row[1])) for row in stats]
     present = sorted((int(row[1]), str(row[0])) for row in stats if int(row[1]) > 0)
@@ -260,6 +282,7 @@ def memory_candidates_query(
         "vector": vector_literal(vector) if vector is not None else None,
         "dense_k": MEMORY_DENSE_CANDIDATES,
         "keyword_k": MEMORY_KEYWORD_CANDIDATES,
+        "ef_search": hnsw_ef_search(semantic_share(documents, table_rows, filters)),
         "tsquery": tsquery_any(fetching),
         "any_lexeme": tsquery_any(lexeme for _, lexeme in present),
         "lexemes": lexemes,
@@ -304,13 +327,7 @@ def _memory_candidates(
         agent=agent, query=query, vector=vector, filters=filters, now=now
     )
     with transaction.atomic(), connection.cursor() as cursor:
-        # HNSW with iterative scans: filters that remove most of the rows never starve the
-        # semantic leg; it scans on until it has its candidates, in exact order.
-        cursor.execute(
-            "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-            " set_config('hnsw.ef_search', %s, true)",
-            [str(HNSW_EF_SEARCH)],
-        )
+        hnsw_scan_configure(cursor, ef_search=params["ef_search"])
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [

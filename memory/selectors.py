@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
@@ -15,8 +17,31 @@ from memory.models import Memory
 
 # HNSW's candidate list while scanning. Filters (agent, tags, expiry) reject most of what the
 # index offers; a wider list keeps recall@10 against exact search above 0.95 when they remove
-# 90 % of the rows (bench/memory_scale.py: 0.85 at 40, 0.93 at 200, 0.97 at 400).
+# 90 % of the rows (bench/memory_scale.py: 0.85 at 40, 0.93 at 200, 0.97 at 400). A scan whose
+# filters keep a large share of the rows needs less (hnsw_ef_search).
 HNSW_EF_SEARCH = 400
+HNSW_EF_SEARCH_MIN = 100
+# ef_search = this / the share of rows the filters keep, within the two bounds above.
+HNSW_EF_SEARCH_PER_SHARE = 40
+
+
+def hnsw_ef_search(share: float) -> int:
+    """The candidate list for an index scan whose filters keep ``share`` of the indexed rows:
+    the list must hold enough of them to rank well, and each entry costs distance work."""
+    wanted = HNSW_EF_SEARCH_PER_SHARE / max(share, 1e-9)
+    return int(min(HNSW_EF_SEARCH, max(HNSW_EF_SEARCH_MIN, math.ceil(wanted))))
+
+
+def hnsw_scan_configure(cursor: Any, *, ef_search: int) -> None:
+    """Session settings for an HNSW scan inside the current transaction: iterative scans, so
+    filters that remove most rows never starve the result (the index scans on until it has the
+    rows asked for, in exact order), and the candidate list."""
+    cursor.execute(
+        "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+        " set_config('hnsw.ef_search', %s, true)",
+        [str(ef_search)],
+    )
+
 
 # An agent with at most this many memories is searched by an exact scan of its own rows, not by
 # the shared HNSW index. The index is one graph over every agent's vectors: when the agent owns
@@ -88,10 +113,7 @@ def memories_nearest(
     moment = now or timezone.now()
     sql = nearest_sql(agent_memory_count(agent))
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-        cursor.execute(
-            "SELECT set_config('hnsw.ef_search', %s, true)", [str(max(HNSW_EF_SEARCH, 2 * k))]
-        )
+        hnsw_scan_configure(cursor, ef_search=max(HNSW_EF_SEARCH, 2 * k))
         cursor.execute(
             sql,
             {

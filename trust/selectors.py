@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from config.api import ApiError
 from ledger.models import Agent, Event, Tenant
-from memory.selectors import vector_literal
+from memory.selectors import hnsw_scan_configure, vector_literal
 from trust.models import (
     Dissent,
     GamingFlag,
@@ -175,11 +175,7 @@ def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | 
     with transaction.atomic(), connection.cursor() as cursor:
         # Strict order: in relaxed order the first row of this agent that the index offers need
         # not be its nearest (bench/trust_bench.py found novelty off by up to 0.69 that way).
-        cursor.execute(
-            "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-            " set_config('hnsw.ef_search', %s, true)",
-            [str(NOVELTY_EF_SEARCH)],
-        )
+        hnsw_scan_configure(cursor, ef_search=NOVELTY_EF_SEARCH)
         cursor.execute(
             """
             SELECT 1 - (embedding <=> %(vector)s::vector)

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from ledger.models import Role
 from ledger.services import event_append
+from memory import search
 from memory.lifecycle import memories_expire
 from memory.models import Memory, MemorySearchTotals, MemoryTerm
 from memory.search import (
@@ -21,8 +22,11 @@ from memory.search import (
     SearchFilters,
     SearchWeights,
     memories_search,
+    memory_candidates_query,
+    semantic_share,
     tsquery_any,
 )
+from memory.selectors import hnsw_ef_search
 from memory.services import MemoryDraft, memories_store, memory_delete, memory_update
 
 pytestmark = pytest.mark.django_db
@@ -224,6 +228,40 @@ def test_filters_that_remove_most_rows_still_give_the_exact_top_k(agent):
 
     assert len(hits) == 5
     assert {h.id for h in hits} <= {m.pk for m in rare}
+
+
+def test_the_index_is_asked_with_a_candidate_list_as_wide_as_the_filters_are_narrow():
+    assert hnsw_ef_search(0.5) == 100  # half the rows pass: the floor
+    assert hnsw_ef_search(0.2) == 200
+    assert hnsw_ef_search(0.05) == 400  # the ceiling
+    assert semantic_share(1000, 2000, SearchFilters()) == 0.5
+    assert semantic_share(1000, 2000, SearchFilters(tags=("x",))) == pytest.approx(0.05)
+    # The table's row estimate can lag behind an agent that just grew.
+    assert semantic_share(1000, 10, SearchFilters()) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("threshold", "query", "filters", "exact"),
+    [
+        (20_000, "status", SearchFilters(), True),  # a small agent: its own rows, sorted
+        (0, "status", SearchFilters(), False),  # a large one: the index
+        (0, "status", SearchFilters(session_id="s1"), True),  # one session: a few rows
+        # A query of stop words alone still counts the agent's memories.
+        (0, "the of and", SearchFilters(), False),
+    ],
+)
+def test_the_semantic_leg_is_an_exact_scan_only_where_few_rows_pass(
+    agent, monkeypatch, threshold, query, filters, exact
+):
+    store(agent, "status update", "another status")
+    monkeypatch.setattr(search, "EXACT_SCAN_MAX_MEMORIES", threshold)
+
+    sql, params = memory_candidates_query(
+        agent=agent, query=query, vector=[1.0] + [0.0] * 383, filters=filters, now=timezone.now()
+    )
+
+    assert ("<=> %(vector)s::vector) + 0" in sql) is exact
+    assert params["ef_search"] >= 100
 
 
 def test_duplicates_by_content_collapse_to_the_best_scored_copy(agent, tenant):
