@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -22,7 +23,7 @@ def normalised(vector: list[float]) -> list[float]:
     return [v / norm for v in vector]
 
 
-def agent_rows_and_crowd(tenant, make_agent):  # type: ignore[no-untyped-def]
+def agent_rows_and_crowd(tenant, make_agent):
     """An agent's 20 rows (the first archived) among 600 of another agent: the filter on the
     agent removes 97 % of the table."""
     rng = random.Random(3)
@@ -44,7 +45,7 @@ def agent_rows_and_crowd(tenant, make_agent):  # type: ignore[no-untyped-def]
     return mine, own, query
 
 
-def plan_of(sql: str, params: dict[str, object]) -> str:
+def plan_of(sql: str, params: dict[str, Any]) -> str:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + sql, params)
         return "\n".join(row[0] for row in cursor.fetchall())
