@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # npm ci writes node_modules/.package-lock.json: the dashboards' browser assets (Chart.js).
 NODE_INSTALLED := node_modules/.package-lock.json
+# The browser tests drive Debian's chromium, never a downloaded one.
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: up demo test lint typecheck check setup
 
@@ -16,7 +18,7 @@ up: $(INSTALLED) $(NODE_INSTALLED)
 demo: $(INSTALLED) $(NODE_INSTALLED)
 	exec $(BIN)/python manage.py up --demo $(ARGS)
 
-test: $(INSTALLED) $(NODE_INSTALLED)
+test: $(INSTALLED) $(NODE_INSTALLED) $(CHROMIUM)
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(INSTALLED)
@@ -41,3 +43,12 @@ $(INSTALLED): pyproject.toml clients/python/pyproject.toml | $(BIN)/python
 $(NODE_INSTALLED): package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
+
+# Installed for the tests when this is Debian and we may (root); otherwise say how.
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq || true) && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	else \
+		echo "the browser tests need Debian's chromium: sudo apt-get install chromium"; exit 1; \
+	fi
