@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.core.management import call_command
 
@@ -88,14 +90,11 @@ def test_a_nul_character_in_json_metadata_is_a_400_and_stores_nothing(
 ):
     # Was a 500: jsonb cannot hold \u0000 ("unsupported Unicode escape sequence").
     make_agent(tenant, name="Keeper")
-    memory = {"content": "kept", "metadata": {"\u0000key": {"a": "b\u0000"}}}
-    body = (
+    memory: dict[str, Any] = {"content": "kept", "metadata": {"\u0000key": {"a": "b\u0000"}}}
+    body: dict[str, Any] = (
         {"agent": "Keeper", "memories": [memory]}
         if path.endswith("batch/")
-        else {
-            "agent": "Keeper",
-            **memory,
-        }
+        else {"agent": "Keeper", **memory}
     )
 
     response = api_as(tenant).post(path, body, format="json", HTTP_IDEMPOTENCY_KEY="nul-1")
