@@ -22,6 +22,7 @@ from ledger.models import Agent, Event, Tenant
 def _parsed(value: str | None) -> datetime | None:
     return None if value is None else parse_datetime(value)
 
+
 _FIELDS = ("name", "model", "primary_role", "probation_until")
 
 
