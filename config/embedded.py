@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config.env import env_str
+
 DATABASE_NAME = "agent_memory"
 DATABASE_USER = "postgres"
 # Unix socket paths are limited to 107 bytes on Linux; keep a margin for the socket file name.
@@ -143,6 +145,20 @@ def _make_reachable_for(path: Path, user: str | None) -> None:
     os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
+def shared_buffers() -> str:
+    """PostgreSQL's buffer pool: ``EMBEDDED_POSTGRES_SHARED_BUFFERS`` (PostgreSQL units, e.g.
+    ``2GB``), else a quarter of the machine's memory between 256 MB and 4 GB, the usual size for
+    a server that has the machine to itself. Pages outside the pool come from the OS cache one
+    system call each: HNSW walks and exact scans over a large table read thousands of them.
+    """
+    configured = env_str("EMBEDDED_POSTGRES_SHARED_BUFFERS")
+    if configured:
+        return configured
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    megabytes = min(max(memory // 4 // 2**20, 256), 4096)
+    return f"{megabytes}MB"
+
+
 def postgres_is_running(layout: EmbeddedLayout) -> bool:
     result = subprocess.run(  # noqa: S603 (fixed binary, arguments built here)
         [_postgres_bin("pg_isready"), "-q", "-h", str(layout.socket_dir), "-U", DATABASE_USER],
@@ -183,7 +199,7 @@ def postgres_start(layout: EmbeddedLayout) -> bool:
                 "-h ''",  # no TCP listener: the socket is the only way in
                 f"-k {layout.socket_dir}",
                 "-c max_connections=200",
-                "-c shared_buffers=256MB",
+                f"-c shared_buffers={shared_buffers()}",
             ]
         )
         _run_as(

@@ -69,7 +69,9 @@ class Memory(models.Model):
     leaves the immutable ledger holding only ciphertext nobody can open.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: every composite index below starts with the tenant, and each index
+    # is one more entry to write whenever a memory is updated.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="memories")
     session_id = models.CharField(max_length=200, blank=True, default="")
     role = models.CharField(max_length=16, choices=MemoryRole.choices, default=MemoryRole.USER)
