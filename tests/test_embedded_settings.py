@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from config import embedded
@@ -21,6 +23,6 @@ def test_shared_buffers_default_to_a_quarter_of_memory_within_bounds(
 ):
     monkeypatch.delenv("EMBEDDED_POSTGRES_SHARED_BUFFERS", raising=False)
     sizes = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": memory_mb * 2**20 // 4096}
-    monkeypatch.setattr(embedded.os, "sysconf", lambda name: sizes[name])
+    monkeypatch.setattr(os, "sysconf", lambda name: sizes[name])
 
     assert embedded.shared_buffers() == expected
