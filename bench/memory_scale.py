@@ -68,6 +68,7 @@ TARGET_DB_P95_MS = 20.0
 TARGET_API_P95_MS = 50.0
 TARGET_RECALL = 0.95
 WARM_UP = 10
+SEMANTIC_LEG_ORDER = "relaxed_order"  # memory.search's, for the search's semantic leg
 # --warm: every query of a case once, untimed, before the timed pass (steady state: the pages a
 # case reads are in memory, as in a service that has been answering for a while).
 WARM_EVERY_QUERY = False
@@ -117,11 +118,11 @@ COPY_TYPES = (
 )
 
 
-def hnsw_scan_configure(cursor: Any, *, ef_search: int) -> None:
+def hnsw_scan_configure(cursor: Any, *, ef_search: int, order: str = "strict_order") -> None:
     """The service's own session settings for an HNSW scan (imported once Django is set up)."""
     from memory.selectors import hnsw_scan_configure as configure
 
-    configure(cursor, ef_search=ef_search)
+    configure(cursor, ef_search=ef_search, order=order)
 
 
 def say(text: str) -> None:
@@ -589,7 +590,8 @@ def dense_leg_sql(filters: Any, agent_memories: int) -> str:
 
 
 def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Recall:
-    """The search's semantic leg (its SQL and session settings, top 100), first 10 against exact."""
+    """The search's semantic leg (its SQL and session settings, top 100), its 10 nearest against
+    exact."""
     from django.db import connection, transaction
     from django.utils import timezone
 
@@ -604,12 +606,12 @@ def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Re
             agent=agent, query=q.text, vector=q.vector, filters=filters, now=timezone.now()
         )
         with transaction.atomic(), connection.cursor() as cursor:
-            hnsw_scan_configure(cursor, ef_search=params["ef_search"])
+            hnsw_scan_configure(cursor, ef_search=params["ef_search"], order=SEMANTIC_LEG_ORDER)
             cursor.execute(sql, params)
-            found = [int(r[0]) for r in cursor.fetchall()][:K]
-        strict, tolerant = recall_of(
-            with_distances(conn, found, q.vector), exact_neighbours(conn, sql, params)
-        )
+            found = [int(r[0]) for r in cursor.fetchall()]
+        # The service ranks the leg's candidates by their exact cosine afterwards.
+        nearest = sorted(with_distances(conn, found, q.vector), key=lambda pair: pair[1])[:K]
+        strict, tolerant = recall_of(nearest, exact_neighbours(conn, sql, params))
         result.strict.append(strict)
         result.tolerant.append(tolerant)
     return result
@@ -634,7 +636,7 @@ def time_candidates_sql(queries: Sequence[Query], filters: Any) -> list[float]:
             now=timezone.now(),
         )  # fmt: skip
         with transaction.atomic(), connection.cursor() as cursor:
-            hnsw_scan_configure(cursor, ef_search=params["ef_search"])
+            hnsw_scan_configure(cursor, ef_search=params["ef_search"], order=SEMANTIC_LEG_ORDER)
             cursor.execute(sql, params)
             cursor.fetchall()
         if number >= len(warm):
@@ -667,7 +669,7 @@ def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
         params = {**params, "query": q.text}
         for name, sql in parts.items():
             with transaction.atomic(), connection.cursor() as cursor:
-                hnsw_scan_configure(cursor, ef_search=params["ef_search"])
+                hnsw_scan_configure(cursor, ef_search=params["ef_search"], order=SEMANTIC_LEG_ORDER)
                 started = time.perf_counter()
                 cursor.execute(sql, params)
                 rows = cursor.fetchall()
@@ -689,7 +691,7 @@ def explain_candidates_sql(query: Query, filters: Any) -> list[str]:
         agent=agent, query=query.text, vector=query.vector, filters=filters, now=timezone.now()
     )
     with transaction.atomic(), connection.cursor() as cursor:
-        hnsw_scan_configure(cursor, ef_search=params["ef_search"])
+        hnsw_scan_configure(cursor, ef_search=params["ef_search"], order=SEMANTIC_LEG_ORDER)
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
         lines = [str(r[0]) for r in cursor.fetchall()]
     # The query vector is printed in full in every node that uses it.

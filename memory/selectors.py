@@ -16,11 +16,11 @@ from ledger.models import Agent
 from memory.models import Memory
 
 # HNSW's candidate list while scanning. Filters (agent, tags, expiry) reject most of what the
-# index offers; a wider list keeps recall@10 against exact search above 0.95 when they remove
-# 90 % of the rows (bench/memory_scale.py: 0.85 at 40, 0.93 at 200, 0.97 at 400). A scan whose
-# filters keep a large share of the rows needs less (hnsw_ef_search).
+# index offers; a wide list keeps recall@10 against exact search at 0.95 (bench/memory_scale.py,
+# 2,000,000 memories, an agent owning half of them: 0.78 at 40, 0.86 at 100, 0.92 at 200, 0.96
+# at 400, for 2.4 / 3.0 / 3.8 / 4.8 ms). Narrower filters need a wider list (hnsw_ef_search).
 HNSW_EF_SEARCH = 400
-HNSW_EF_SEARCH_MIN = 100
+HNSW_EF_SEARCH_MAX = 800
 # ef_search = this / the share of rows the filters keep, within the two bounds above.
 HNSW_EF_SEARCH_PER_SHARE = 40
 
@@ -29,17 +29,18 @@ def hnsw_ef_search(share: float) -> int:
     """The candidate list for an index scan whose filters keep ``share`` of the indexed rows:
     the list must hold enough of them to rank well, and each entry costs distance work."""
     wanted = HNSW_EF_SEARCH_PER_SHARE / max(share, 1e-9)
-    return int(min(HNSW_EF_SEARCH, max(HNSW_EF_SEARCH_MIN, math.ceil(wanted))))
+    return int(min(HNSW_EF_SEARCH_MAX, max(HNSW_EF_SEARCH, math.ceil(wanted))))
 
 
-def hnsw_scan_configure(cursor: Any, *, ef_search: int) -> None:
+def hnsw_scan_configure(cursor: Any, *, ef_search: int, order: str = "strict_order") -> None:
     """Session settings for an HNSW scan inside the current transaction: iterative scans, so
     filters that remove most rows never starve the result (the index scans on until it has the
-    rows asked for, in exact order), and the candidate list."""
+    rows asked for; ``strict_order`` returns them in exact distance order, ``relaxed_order``
+    nearly so, finding more of the true neighbours), and the candidate list."""
     cursor.execute(
-        "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+        "SELECT set_config('hnsw.iterative_scan', %s, true),"
         " set_config('hnsw.ef_search', %s, true)",
-        [str(ef_search)],
+        [order, str(ef_search)],
     )
 
 

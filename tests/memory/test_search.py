@@ -231,9 +231,9 @@ def test_filters_that_remove_most_rows_still_give_the_exact_top_k(agent):
 
 
 def test_the_index_is_asked_with_a_candidate_list_as_wide_as_the_filters_are_narrow():
-    assert hnsw_ef_search(0.5) == 100  # half the rows pass: the floor
-    assert hnsw_ef_search(0.2) == 200
-    assert hnsw_ef_search(0.05) == 400  # the ceiling
+    assert hnsw_ef_search(0.5) == 400  # half the rows pass: the floor
+    assert hnsw_ef_search(0.08) == 500
+    assert hnsw_ef_search(0.01) == 800  # the ceiling
     assert semantic_share(1000, 2000, SearchFilters()) == 0.5
     assert semantic_share(1000, 2000, SearchFilters(tags=("x",))) == pytest.approx(0.05)
     # The table's row estimate can lag behind an agent that just grew.
@@ -261,7 +261,7 @@ def test_the_semantic_leg_is_an_exact_scan_only_where_few_rows_pass(
     )
 
     assert ("<=> %(vector)s::vector) + 0" in sql) is exact
-    assert params["ef_search"] >= 100
+    assert params["ef_search"] >= 400
 
 
 def test_duplicates_by_content_collapse_to_the_best_scored_copy(agent, tenant):
