@@ -573,20 +573,11 @@ def hnsw_share(sql: str, queries: Sequence[Query], params_of: Callable[[Query], 
     return f"HNSW index in {used} of {len(queries)} plans"
 
 
-def filtered_where(filters: Any) -> str:
-    from memory import search
-
-    return search.ACTIVE_MEMORY + "".join(
-        clause for name, clause in search.FILTER_SQL.items() if getattr(filters, name)
-    )
-
-
 def dense_leg_sql(filters: Any, agent_memories: int) -> str:
     """The search's semantic leg as the service builds it for an agent of this size."""
     from memory import search
 
-    exact = search.semantic_scan_is_exact(agent_memories, filters)
-    return search.dense_leg_sql(filtered_where(filters), exact=exact)
+    return search.dense_leg_sql(agent_memories, filters)
 
 
 def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Recall:
@@ -653,7 +644,7 @@ def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
     from ledger.models import Agent
     from memory import search
 
-    where = filtered_where(filters)
+    where = search.filtered_where(filters)
     parts = {
         "statistics query": search.LEXEME_STATS_SQL,
         "semantic leg": dense_leg_sql(filters, queries[0].agent.count),

@@ -17,8 +17,6 @@ from ledger.models import Tenant
 from ledger.selectors import event_chain_verify
 from ledger.services import idempotency_records_expire
 
-CHAIN_JOB = CHAIN_VERIFY_JOB
-
 
 @shared_task(name="ledger.tasks.idempotency_records_expire", **JOB_TASK_OPTIONS)
 def idempotency_records_expire_task(self: Task[Any, Any]) -> dict[str, Any]:
@@ -35,7 +33,7 @@ def _chain_batches() -> Iterator[Batch]:
     A broken chain does not stop the walk: every tenant is checked, then the run fails naming how
     many chains broke; which tenants and where go to the operator only (``details``).
     """
-    progress = job_progress(CHAIN_JOB)
+    progress = job_progress(CHAIN_VERIFY_JOB)
     resume = not progress.get("done", True)
     after = int(progress.get("after_tenant", 0)) if resume else 0
     broken: list[dict[str, Any]] = list(progress.get("broken", [])) if resume else []
@@ -57,4 +55,4 @@ def _chain_batches() -> Iterator[Batch]:
 
 @shared_task(name="ledger.tasks.event_chains_verify", **JOB_TASK_OPTIONS)
 def event_chains_verify_task(self: Task[Any, Any]) -> dict[str, Any]:
-    return job_task_run(self, name=CHAIN_JOB, batches=_chain_batches)
+    return job_task_run(self, name=CHAIN_VERIFY_JOB, batches=_chain_batches)

@@ -34,11 +34,11 @@ from memory import policies
 from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
 from memory.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
 from memory.selectors import (
-    EXACT_SCAN_MAX_MEMORIES,
     HNSW_EF_SEARCH,
     hnsw_ef_search,
     hnsw_scan_configure,
     semantic_order,
+    semantic_scan_is_exact,
     vector_literal,
 )
 
@@ -236,15 +236,18 @@ def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilter
     return share
 
 
-def semantic_scan_is_exact(agent_memories: int, filters: SearchFilters) -> bool:
-    """Whether the semantic leg reads the agent's matching rows and sorts them (exact) rather
-    than asking the HNSW index (see memory.selectors.EXACT_SCAN_MAX_MEMORIES)."""
-    # A session holds a few dozen memories: read them, whatever the agent's size.
-    return agent_memories <= EXACT_SCAN_MAX_MEMORIES or filters.session_id is not None
+def dense_leg_sql(agent_memories: int, filters: SearchFilters) -> str:
+    """The semantic leg for an agent of this size under these filters: an exact scan or the
+    HNSW index (memory.selectors.semantic_scan_is_exact)."""
+    exact = semantic_scan_is_exact(agent_memories, within_session=filters.session_id is not None)
+    return DENSE_LEG.format(where=filtered_where(filters), order=semantic_order(exact=exact))
 
 
-def dense_leg_sql(where: str, *, exact: bool) -> str:
-    return DENSE_LEG.format(where=where, order=semantic_order(exact=exact))
+def filtered_where(filters: SearchFilters) -> str:
+    """The agent's active memories, narrowed by the filters given (a SQL condition)."""
+    return ACTIVE_MEMORY + "".join(
+        clause for name, clause in FILTER_SQL.items() if getattr(filters, name)
+    )
 
 
 def memory_candidates_query(
@@ -274,7 +277,7 @@ def memory_candidates_query(
             break
         fetching.append(lexeme)
         fetched_rows += df
-    where = ACTIVE_MEMORY
+    where = filtered_where(filters)
     params: dict[str, Any] = {
         "tenant": agent.tenant_id,
         "agent": agent.pk,
@@ -297,10 +300,7 @@ def memory_candidates_query(
         "tags": list(filters.tags),
         "metadata": json.dumps(filters.metadata),
     }
-    for name, clause in FILTER_SQL.items():
-        if getattr(filters, name):
-            where += clause
-    dense = dense_leg_sql(where, exact=semantic_scan_is_exact(documents, filters))
+    dense = dense_leg_sql(documents, filters)
     sql = MEMORY_CANDIDATES_SQL.format(
         dense=dense if vector is not None else NO_ROWS,
         keyword=KEYWORD_LEG.format(where=where) if fetching else NO_ROWS,

@@ -96,9 +96,16 @@ LIMIT %(k)s
 """
 
 
+def semantic_scan_is_exact(agent_memories: int, *, within_session: bool = False) -> bool:
+    """Whether a nearest-memories query reads the agent's matching rows and sorts them (exact)
+    rather than asking the HNSW index (see EXACT_SCAN_MAX_MEMORIES)."""
+    # A session holds a few dozen memories: read them, whatever the agent's size.
+    return agent_memories <= EXACT_SCAN_MAX_MEMORIES or within_session
+
+
 def nearest_sql(agent_memories: int) -> str:
     """NEAREST_SQL as memories_nearest runs it for an agent with this many memories."""
-    return NEAREST_SQL.format(order=semantic_order(exact=agent_memories <= EXACT_SCAN_MAX_MEMORIES))
+    return NEAREST_SQL.format(order=semantic_order(exact=semantic_scan_is_exact(agent_memories)))
 
 
 def memories_nearest(

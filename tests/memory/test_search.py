@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from ledger.models import Role
 from ledger.services import event_append
-from memory import search
+from memory import selectors
 from memory.lifecycle import memories_expire
 from memory.models import Memory, MemorySearchTotals, MemoryTerm
 from memory.search import (
@@ -254,7 +254,7 @@ def test_the_semantic_leg_is_an_exact_scan_only_where_few_rows_pass(
     agent, monkeypatch, threshold, query, filters, exact
 ):
     store(agent, "status update", "another status")
-    monkeypatch.setattr(search, "EXACT_SCAN_MAX_MEMORIES", threshold)
+    monkeypatch.setattr(selectors, "EXACT_SCAN_MAX_MEMORIES", threshold)
 
     sql, params = memory_candidates_query(
         agent=agent, query=query, vector=[1.0] + [0.0] * 383, filters=filters, now=timezone.now()
