@@ -512,13 +512,13 @@ def recall_of_selector(
     """memories_nearest against the same SQL without the index: recall, latency (ms) and the
     exact answers (for the ef_search sweep)."""
     from ledger.models import Agent
-    from memory.selectors import NEAREST_SQL, memories_nearest, semantic_order
+    from memory.selectors import ACTIVE_ROWS, SemanticPlan, memories_nearest, nearest_rows_sql
 
     agents = {q.agent.id: Agent.objects.get(pk=q.agent.id) for q in queries}
     result = Recall([], [])
     latency: list[float] = []
     exact_answers = []
-    exact_sql = NEAREST_SQL.format(order=semantic_order(exact=True))
+    exact_sql = nearest_rows_sql(ACTIVE_ROWS, SemanticPlan.SCAN, with_distance=True)
     for q in queries:
         started = time.perf_counter()
         found = memories_nearest(agent=agents[q.agent.id], vector=q.vector, k=K)
@@ -538,9 +538,9 @@ def ef_search_sweep(
     small agents get), through Django's connection like the selector."""
     from django.db import connection, transaction
 
-    from memory.selectors import NEAREST_SQL, semantic_order
+    from memory.selectors import ACTIVE_ROWS, SemanticPlan, nearest_rows_sql
 
-    index_sql = NEAREST_SQL.format(order=semantic_order(exact=False))
+    index_sql = nearest_rows_sql(ACTIVE_ROWS, SemanticPlan.INDEX, with_distance=True)
     rows = []
     for ef in EF_SEARCH_SWEEP:
         result = Recall([], [])
@@ -560,17 +560,21 @@ def ef_search_sweep(
 
 
 def hnsw_share(sql: str, queries: Sequence[Query], params_of: Callable[[Query], Any]) -> str:
-    """How many of these queries the planner serves with the HNSW index (else: an exact scan)."""
+    """How the planner serves these queries: the HNSW index, the sign-bit sketches of the
+    covering index, or else a scan of the agent's rows."""
     from django.db import connection, transaction
 
-    used = 0
+    hnsw = sketch = 0
     for q in queries:
         with transaction.atomic(), connection.cursor() as cursor:
             params = params_of(q)
             hnsw_scan_configure(cursor, ef_search=params.get("ef_search", 400))
             cursor.execute("EXPLAIN " + sql, params)
-            used += any("memory_embedding_hnsw" in str(r[0]) for r in cursor.fetchall())
-    return f"HNSW index in {used} of {len(queries)} plans"
+            plan = "\n".join(str(r[0]) for r in cursor.fetchall())
+        hnsw += "memory_embedding_hnsw" in plan
+        sketch += "memory_agent_sketch" in plan
+    scan = len(queries) - hnsw - sketch
+    return f"plans: HNSW {hnsw}, sign-bit sketches {sketch}, row scan {scan} of {len(queries)}"
 
 
 def dense_leg_sql(filters: Any, agent_memories: int) -> str:
@@ -635,7 +639,7 @@ def time_candidates_sql(queries: Sequence[Query], filters: Any) -> list[float]:
     return latency
 
 
-def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
+def time_legs(queries: Sequence[Query], filters: Any, table_rows: int) -> dict[str, list[float]]:
     """Where the database time goes: each part of the search's SQL run alone (ms per query),
     plus how many rows the keyword leg fetches."""
     from django.db import connection, transaction
@@ -644,11 +648,10 @@ def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
     from ledger.models import Agent
     from memory import search
 
-    where = search.filtered_where(filters)
     parts = {
         "statistics query": search.LEXEME_STATS_SQL,
         "semantic leg": dense_leg_sql(filters, queries[0].agent.count),
-        "keyword leg": search.KEYWORD_LEG.format(where=where),
+        "keyword leg": search.keyword_leg_sql(queries[0].agent.count, table_rows, filters),
     }
     timings: dict[str, list[float]] = {name: [] for name in parts}
     timings["keyword rows"] = []
@@ -659,6 +662,10 @@ def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
         )
         params = {**params, "query": q.text}
         for name, sql in parts.items():
+            if name == "keyword leg" and not params["tsquery"]:  # skipped: only common words
+                timings[name].append(0.0)
+                timings["keyword rows"].append(0)
+                continue
             with transaction.atomic(), connection.cursor() as cursor:
                 hnsw_scan_configure(cursor, ef_search=params["ef_search"], order=SEMANTIC_LEG_ORDER)
                 started = time.perf_counter()
@@ -995,7 +1002,7 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
             f"  {label:24} {spread(db[label])} ms; target p95 <= {TARGET_DB_P95_MS:.0f} ms: "
             f"{verdict(p95 <= TARGET_DB_P95_MS)}"
         )
-        legs = time_legs(queries, filters)
+        legs = time_legs(queries, filters, sum(a.count for a in agents))
         print(
             "      alone, p50: "
             + ", ".join(

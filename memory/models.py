@@ -8,8 +8,9 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
+from django.db.models.functions import Cast
 from django.utils import timezone
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import BitField, HnswIndex, VectorField
 
 from ledger.models import Agent, Event, Tenant
 from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
@@ -79,6 +80,18 @@ class Memory(models.Model):
     memory_type = models.CharField(max_length=32)
     importance = models.FloatField()
     embedding = VectorField(dimensions=LOCAL_DIMENSIONS, null=True, blank=True)
+    # The embedding's signs, one bit per dimension (48 bytes), kept by PostgreSQL. A small
+    # agent's search reads these from the covering index memory_agent_sketch, ranks them by
+    # Hamming distance and computes exact distances for the nearest few hundred only, instead
+    # of reading every row of the agent (memory.selectors.SemanticPlan.SKETCH).
+    embedding_bits = models.GeneratedField(
+        expression=Cast(
+            models.Func(models.F("embedding"), function="binary_quantize"),
+            output_field=BitField(length=LOCAL_DIMENSIONS),
+        ),
+        output_field=BitField(length=LOCAL_DIMENSIONS),
+        db_persist=True,
+    )
     embedding_model = models.CharField(max_length=200, blank=True, default="")
     content_hash = models.CharField(max_length=64)
     metadata = models.JSONField(default=dict, blank=True)
@@ -107,6 +120,13 @@ class Memory(models.Model):
             models.Index(
                 fields=["tenant", "agent", "session_id", "occurred_at", "id"],
                 name="memory_session",
+            ),
+            # Index-only: everything an unfiltered nearest-memories query of one agent reads.
+            models.Index(
+                fields=["tenant", "agent"],
+                include=["id", "expires_at", "embedding_bits"],
+                condition=models.Q(archived_at__isnull=True),
+                name="memory_agent_sketch",
             ),
             GinIndex(fields=["tags"], name="memory_tags"),
             # btree_gin puts the agent in the same index, so a keyword lookup reads one agent's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery
@@ -44,23 +45,82 @@ def hnsw_scan_configure(cursor: Any, *, ef_search: int, order: str = "strict_ord
     )
 
 
-# An agent with at most this many memories is searched by an exact scan of its own rows, not by
-# the shared HNSW index. The index is one graph over every agent's vectors: when the agent owns
-# a small share of them, an iterative scan walks most of the graph to collect its rows (138 ms
-# for 10,000 of 400,000 rows, and it stops at hnsw.max_scan_tuples before a 0.5 % share is
-# found), while reading 10,000 rows through the agent's B-tree and sorting them by distance is
-# exact and takes a few milliseconds (bench/memory_scale.py prints both).
+# An agent with at most this many memories is searched without the shared HNSW index. The
+# index is one graph over every agent's vectors: when the agent owns a small share of them, an
+# iterative scan walks most of the graph to collect its rows (138 ms for 10,000 of 400,000
+# rows, and it stops at hnsw.max_scan_tuples before a 0.5 % share is found). Its own rows are
+# read instead (SemanticPlan.SKETCH or SCAN), which is exact or nearly so, and fast.
 EXACT_SCAN_MAX_MEMORIES = 20_000
+# The sketch plan computes exact distances for this many times the rows asked for, at least
+# SKETCH_MIN_CANDIDATES: the nearest by Hamming distance between sign bits.
+SKETCH_OVERSAMPLE = 4
+SKETCH_MIN_CANDIDATES = 400
 
 
-def semantic_order(*, exact: bool) -> str:
-    """The ORDER BY expression of a nearest-memories query.
+class SemanticPlan(StrEnum):
+    """How a nearest-memories query finds its rows."""
 
-    ``+ 0`` makes it an expression the HNSW index cannot serve, so the planner reads the rows
-    that pass the filters through a B-tree and sorts them: an exact scan.
-    """
-    distance = "embedding <=> %(vector)s::vector"
-    return f"({distance}) + 0" if exact else distance
+    # The HNSW index with iterative scans: a large agent.
+    INDEX = "index"
+    # The agent's sign-bit sketches, read from the covering index memory_agent_sketch without
+    # touching the table, ranked by Hamming distance; the nearest few hundred rows are then
+    # read and ranked by their exact distance. A small agent, no filter beyond the active ones.
+    SKETCH = "sketch"
+    # The agent's matching rows read and sorted by exact distance: a small agent under filters
+    # the covering index cannot answer, or one session (a few dozen rows) of any agent.
+    SCAN = "scan"
+
+
+def semantic_plan(
+    agent_memories: int, *, narrowed: bool = False, within_session: bool = False
+) -> SemanticPlan:
+    """The plan for a nearest-memories query of an agent with this many memories; ``narrowed``
+    when filters beyond the agent and its active rows apply (tags, metadata, type)."""
+    if within_session:
+        return SemanticPlan.SCAN
+    if agent_memories > EXACT_SCAN_MAX_MEMORIES:
+        return SemanticPlan.INDEX
+    return SemanticPlan.SCAN if narrowed else SemanticPlan.SKETCH
+
+
+NEAREST_ROWS = """
+SELECT id{distance} FROM memory_memory
+WHERE {where} AND embedding IS NOT NULL
+ORDER BY {order}
+LIMIT %({limit})s"""
+# The sketch's inner query reads only columns of memory_agent_sketch, so it is an index-only
+# scan. Its outer order is written "+ 0" so the HNSW index cannot serve it (an exact sort).
+NEAREST_BY_SKETCH = """
+SELECT id{distance} FROM memory_memory
+WHERE id = ANY(ARRAY(
+    SELECT id FROM memory_memory
+    WHERE {where} AND embedding_bits IS NOT NULL
+    ORDER BY embedding_bits <~> binary_quantize(%(vector)s::vector)
+    LIMIT greatest(%({limit})s * {oversample}, {minimum})
+))
+ORDER BY (embedding <=> %(vector)s::vector) + 0
+LIMIT %({limit})s"""
+DISTANCE = "embedding <=> %(vector)s::vector"
+
+
+def nearest_rows_sql(
+    where: str, plan: SemanticPlan, *, limit: str = "k", with_distance: bool = False
+) -> str:
+    """The ids (and cosine distances) of the rows matching ``where`` nearest to %(vector)s, at
+    most %(<limit>)s of them, found by ``plan``."""
+    distance = f", {DISTANCE} AS distance" if with_distance else ""
+    if plan is SemanticPlan.SKETCH:
+        return NEAREST_BY_SKETCH.format(
+            distance=distance,
+            where=where,
+            limit=limit,
+            oversample=SKETCH_OVERSAMPLE,
+            minimum=SKETCH_MIN_CANDIDATES,
+        )
+    # "+ 0" makes the order an expression the HNSW index cannot serve, so the planner reads the
+    # rows that pass the filters through a B-tree and sorts them: an exact scan.
+    order = DISTANCE if plan is SemanticPlan.INDEX else f"({DISTANCE}) + 0"
+    return NEAREST_ROWS.format(distance=distance, where=where, order=order, limit=limit)
 
 
 def agent_memory_count(agent: Agent) -> int:
@@ -84,28 +144,13 @@ def vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(value)) for value in vector) + "]"
 
 
-NEAREST_SQL = """
-SELECT id, embedding <=> %(vector)s::vector AS distance
-FROM memory_memory
-WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
-  AND embedding IS NOT NULL
-  AND archived_at IS NULL
-  AND (expires_at IS NULL OR expires_at > %(now)s)
-ORDER BY {order}
-LIMIT %(k)s
-"""
-
-
-def semantic_scan_is_exact(agent_memories: int, *, within_session: bool = False) -> bool:
-    """Whether a nearest-memories query reads the agent's matching rows and sorts them (exact)
-    rather than asking the HNSW index (see EXACT_SCAN_MAX_MEMORIES)."""
-    # A session holds a few dozen memories: read them, whatever the agent's size.
-    return agent_memories <= EXACT_SCAN_MAX_MEMORIES or within_session
+ACTIVE_ROWS = """tenant_id = %(tenant)s AND agent_id = %(agent)s AND archived_at IS NULL
+  AND (expires_at IS NULL OR expires_at > %(now)s)"""
 
 
 def nearest_sql(agent_memories: int) -> str:
-    """NEAREST_SQL as memories_nearest runs it for an agent with this many memories."""
-    return NEAREST_SQL.format(order=semantic_order(exact=semantic_scan_is_exact(agent_memories)))
+    """The SQL memories_nearest runs for an agent with this many memories."""
+    return nearest_rows_sql(ACTIVE_ROWS, semantic_plan(agent_memories), with_distance=True)
 
 
 def memories_nearest(
@@ -113,8 +158,9 @@ def memories_nearest(
 ) -> list[tuple[int, float]]:
     """The ``k`` active memories of the agent nearest to ``vector``: (id, cosine distance).
 
-    An agent with few memories is an exact scan of its rows. Otherwise the HNSW index serves
-    it with pgvector's iterative scans (0.8+), so the agent, expiry and archive filters never
+    An agent with few memories is searched through its sign-bit sketches, the nearest few
+    hundred ranked by exact distance (SemanticPlan.SKETCH). Otherwise the HNSW index serves it
+    with pgvector's iterative scans (0.8+), so the agent, expiry and archive filters never
     starve the result: the index keeps scanning until it has ``k`` rows that pass them, in
     exact distance order (``strict_order``).
     """

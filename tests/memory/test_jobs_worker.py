@@ -55,6 +55,7 @@ def clone(template: Memory, count: int, **columns: Any) -> None:
         cursor.execute(
             "SELECT column_name FROM information_schema.columns"
             " WHERE table_name = 'memory_memory' AND column_name <> 'id'"
+            " AND is_generated = 'NEVER'"
         )
         names = [row[0] for row in cursor.fetchall()]
         values = [f"%({name})s" if name in columns else name for name in names]

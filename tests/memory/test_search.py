@@ -21,12 +21,13 @@ from memory.search import (
     WORKFLOW_STEPS,
     SearchFilters,
     SearchWeights,
+    filtered_where,
     memories_search,
     memory_candidates_query,
     semantic_share,
     tsquery_any,
 )
-from memory.selectors import hnsw_ef_search
+from memory.selectors import SemanticPlan, hnsw_ef_search, nearest_rows_sql
 from memory.services import MemoryDraft, memories_store, memory_delete, memory_update
 
 pytestmark = pytest.mark.django_db
@@ -241,17 +242,20 @@ def test_the_index_is_asked_with_a_candidate_list_as_wide_as_the_filters_are_nar
 
 
 @pytest.mark.parametrize(
-    ("threshold", "query", "filters", "exact"),
+    ("threshold", "query", "filters", "plan"),
     [
-        (20_000, "status", SearchFilters(), True),  # a small agent: its own rows, sorted
-        (0, "status", SearchFilters(), False),  # a large one: the index
-        (0, "status", SearchFilters(session_id="s1"), True),  # one session: a few rows
+        # A small agent: its sign-bit sketches from the covering index, re-ranked exactly.
+        (20_000, "status", SearchFilters(), SemanticPlan.SKETCH),
+        # A small agent under a filter the covering index cannot answer: its rows, sorted.
+        (20_000, "status", SearchFilters(tags=("x",)), SemanticPlan.SCAN),
+        (0, "status", SearchFilters(), SemanticPlan.INDEX),  # a large one: the index
+        (0, "status", SearchFilters(session_id="s1"), SemanticPlan.SCAN),  # one session
         # A query of stop words alone still counts the agent's memories.
-        (0, "the of and", SearchFilters(), False),
+        (0, "the of and", SearchFilters(), SemanticPlan.INDEX),
     ],
 )
-def test_the_semantic_leg_is_an_exact_scan_only_where_few_rows_pass(
-    agent, monkeypatch, threshold, query, filters, exact
+def test_the_semantic_leg_leaves_the_index_to_agents_with_many_memories(
+    agent, monkeypatch, threshold, query, filters, plan
 ):
     store(agent, "status update", "another status")
     monkeypatch.setattr(selectors, "EXACT_SCAN_MAX_MEMORIES", threshold)
@@ -260,8 +264,38 @@ def test_the_semantic_leg_is_an_exact_scan_only_where_few_rows_pass(
         agent=agent, query=query, vector=[1.0] + [0.0] * 383, filters=filters, now=timezone.now()
     )
 
-    assert ("<=> %(vector)s::vector) + 0" in sql) is exact
+    assert nearest_rows_sql(filtered_where(filters), plan, limit="dense_k") in sql
     assert params["ef_search"] >= 400
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        (SearchFilters(tags=("flagged",)), {"budget review, flagged"}),
+        (SearchFilters(metadata={"team": "red"}), {"budget review, red team"}),
+        (SearchFilters(memory_type="fact"), {"budget review, a fact"}),
+        (SearchFilters(), {"budget review, flagged", "budget review, red team",
+                           "budget review, a fact", "budget review, plain"}),
+    ],
+)  # fmt: skip
+def test_the_keyword_leg_applies_every_filter_to_the_rows_it_matches(agent, filters, expected):
+    """The keyword leg reads the agent's rows holding the query's words from the full-text
+    index and checks the filters on those rows (not through the tag index): what it returns
+    must still pass every filter, and archived memories never."""
+    store(agent, "budget review, flagged", tags=["flagged"])
+    store(agent, "budget review, red team", session="s2", metadata={"team": "red"})
+    store(agent, "budget review, a fact", session="s3", memory_type="fact")
+    store(agent, "budget review, plain", session="s4")
+    (archived,) = store(agent, "budget review, archived", session="s5", tags=["flagged"])
+    Memory.objects.filter(pk=archived.pk).update(archived_at=timezone.now())
+    sql, params = memory_candidates_query(
+        agent=agent, query="review", vector=None, filters=filters, now=timezone.now()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = {row[1] for row in cursor.fetchall()}
+
+    assert found == expected
 
 
 def test_duplicates_by_content_collapse_to_the_best_scored_copy(agent, tenant):

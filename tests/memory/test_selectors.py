@@ -68,6 +68,45 @@ def test_an_agent_with_few_memories_gets_the_exact_top_k_without_the_index(
     assert "memory_embedding_hnsw" not in plan_of(nearest_sql(19), params)
 
 
+# VACUUM (outside a transaction) sets the visibility map that index-only scans rely on, as
+# autovacuum does on a live table.
+@pytest.mark.django_db(transaction=True)
+def test_a_small_agent_is_ranked_from_its_sign_bit_sketches_then_by_exact_distance(
+    tenant, make_agent, no_embedder
+):
+    """1,000 memories, more than the sketch plan re-ranks (400): the nearest by Hamming distance
+    between sign bits must still hold the exact top 10, which then come in exact order."""
+    rng = random.Random(5)
+    query = unit(rng)
+    agent = make_agent(tenant, name="Creator1")
+    near = [normalised([q + rng.gauss(0, 0.05) for q in query]) for _ in range(40)]
+    far = [unit(rng) for _ in range(960)]
+    stored = memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(content=f"memory {i}", embedding=vector)
+            for i, vector in enumerate(near + far)
+        ],
+        actor="x",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE memory_memory")
+
+    found = memories_nearest(agent=agent, vector=query, k=10)
+
+    exact = sorted(stored, key=lambda memory: cosine_distance(memory, query))[:10]
+    assert [memory_id for memory_id, _ in found] == [m.pk for m in exact]
+    params = {"vector": query, "tenant": tenant.pk, "agent": agent.pk, "now": "now", "k": 10}
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")  # as on a table of millions of rows
+        try:
+            plan = plan_of(nearest_sql(1000), params)
+        finally:
+            cursor.execute("SET enable_seqscan = on")
+    assert "Index Only Scan using memory_agent_sketch" in plan
+    assert "memory_embedding_hnsw" not in plan
+
+
 def test_the_index_scan_keeps_going_until_k_rows_pass_the_filters(
     tenant, make_agent, no_embedder, monkeypatch
 ):
