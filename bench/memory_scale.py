@@ -697,15 +697,18 @@ def explain_candidates_sql(query: Query, filters: Any) -> list[str]:
 
 
 def time_api(
-    api: ApiClient, queries: Sequence[Query]
+    api: ApiClient, queries: Sequence[Query], *, send_vector: bool
 ) -> tuple[list[float], list[float], list[int]]:
+    """POST /api/v1/memories/search/ per query: the client's round trip, the server's took_ms
+    and the candidates ranked. With ``send_vector`` the request carries the query's synthetic
+    vector (the service embeds nothing); without, the service embeds the made-up words."""
     client, server, candidates = [], [], []
     warm = list(queries) if WARM_EVERY_QUERY else list(queries[:WARM_UP])
     for number, q in enumerate([*warm, *queries]):
-        status, body, elapsed = api.post(
-            "/api/v1/memories/search/",
-            {"agent_id": q.agent.id, "agent": q.agent.name, "query": q.text, "top_k": K},
-        )
+        request: dict[str, Any] = {"agent": q.agent.name, "query": q.text, "top_k": K}
+        if send_vector:
+            request["embedding"] = q.vector
+        status, body, elapsed = api.post("/api/v1/memories/search/", request)
         if status != 200:
             raise SystemExit(f"search: HTTP {status}: {body}")
         if number >= len(warm):
@@ -713,6 +716,18 @@ def time_api(
             server.append(float(body["took_ms"]))
             candidates.append(int(body.get("candidates", -1)))
     return client, server, candidates
+
+
+def time_query_embedding(texts: Sequence[str]) -> list[float]:
+    from memory.embeddings import embed_query
+
+    latency = []
+    for number, text in enumerate([*texts[:WARM_UP], *texts]):
+        started = time.perf_counter()
+        embed_query(text)
+        if number >= WARM_UP:
+            latency.append((time.perf_counter() - started) * 1000)
+    return latency
 
 
 def spread(values: Sequence[float]) -> str:
@@ -1020,19 +1035,27 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
 
     say(f"search over HTTP, {args.queries} queries per case; load {load_average()}")
     api = stack.client(key)
-    api_p50: dict[str, float] = {}
-    for label, queries in (("big agent", big_queries), ("small agents", small_queries)):
-        client, server, candidates = time_api(api, queries)
-        api_p50[label] = statistics.median(client)
-        p95 = percentile(client, 0.95)
-        print(
-            f"  {label:14} client {spread(client)} ms; server took_ms {spread(server)} ms; "
-            f"candidates median {statistics.median(candidates):.0f}; target p95 <= "
-            f"{TARGET_API_P95_MS:.0f} ms: {verdict(p95 <= TARGET_API_P95_MS)}"
-        )
+    # Two kinds of request. The query's own vector, sent with it: the search as it runs on data
+    # whose vectors come from the same model as the query's. The query's words alone: the
+    # service embeds them with the real model, whose vector lies far from every synthetic
+    # cluster, so the HNSW walk finds no close neighbourhood to settle in (slower than real
+    # data would be); it adds the embedding's cost, measured on its own below.
+    for send_vector, kind in ((True, "query vector sent"), (False, "query words only")):
+        api_p50: dict[str, float] = {}
+        for label, queries in (("big agent", big_queries), ("small agents", small_queries)):
+            client, server, candidates = time_api(api, queries, send_vector=send_vector)
+            api_p50[label] = statistics.median(client)
+            p95 = percentile(client, 0.95)
+            print(
+                f"  {kind}, {label:12} client {spread(client)} ms; server took_ms "
+                f"{spread(server)} ms; candidates median {statistics.median(candidates):.0f}; "
+                f"target p95 <= {TARGET_API_P95_MS:.0f} ms: {verdict(p95 <= TARGET_API_P95_MS)}"
+            )
+        ratio = api_p50["big agent"] / api_p50["small agents"]
+        print(f"  {kind}: median big agent / median small agents: {ratio:.1f}x")
     api.close()
-    ratio = api_p50["big agent"] / api_p50["small agents"]
-    print(f"  median big agent / median small agents: {ratio:.1f}x")
+    embedding = time_query_embedding([q.text for q in big_queries])
+    print(f"  the query embedding alone (in this process, the same model): {spread(embedding)} ms")
     conn.close()
 
 

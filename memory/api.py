@@ -260,6 +260,7 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
             filters=data.get("filters"),
             weights=data.get("weights"),
             threshold=data.get("threshold"),
+            vector=data.get("embedding"),
         )
         return Response(SearchResultSerializer(outcome).data)
 

@@ -609,21 +609,23 @@ def memories_search(
     threshold: float | None = None,
     now: datetime | None = None,
     record_retrieval: bool = True,
+    vector: Sequence[float] | None = None,
 ) -> SearchOutcome:
     """Search the agent's memories, the ledger it may see and the knowledge base (SPEC 5).
 
     Without an embedder the keyword evidence alone ranks (``semantic`` is false). Returned
     memories get their retrieval statistics updated by a task, after the response, unless
     ``record_retrieval`` is false: a person looking through an agent's memories (the memory
-    explorer) is not the agent using them, and must not keep them from decaying.
+    explorer) is not the agent using them, and must not keep them from decaying. ``vector`` is
+    the query's embedding when the caller already has it (from the same model).
     """
     started = time.perf_counter()
     moment = now or timezone.now()
-    try:
-        vector: list[float] | None = embed_query(query)
-    except EmbeddingUnavailable as exc:
-        logger.warning("searching by keywords only: %s", exc)
-        vector = None
+    if vector is None:
+        try:
+            vector = embed_query(query)
+        except EmbeddingUnavailable as exc:
+            logger.warning("searching by keywords only: %s", exc)
     candidates: list[Candidate] = []
     if AGENT_MEMORY in sources:
         candidates += _memory_candidates(

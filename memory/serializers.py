@@ -9,7 +9,7 @@ from rest_framework import serializers
 from config.api import ApiError
 from memory.models import Memory, MemoryRole
 from memory.search import SOURCES, SearchFilters, SearchWeights
-from memory.services import MemoryDraft
+from memory.services import MemoryDraft, embedding_problem
 
 
 class AgentRunSerializer(serializers.Serializer[Any]):
@@ -178,6 +178,12 @@ class SearchRequestSerializer(serializers.Serializer[Any]):
         help_text="Override any of similarity, recency, importance, source_priority.",
     )
     threshold = serializers.FloatField(required=False, allow_null=True)
+    embedding = serializers.ListField(
+        child=serializers.FloatField(),
+        required=False,
+        help_text="The query's vector, when the caller has already embedded it with this "
+        "deployment's embedding model; the service then does not embed the query itself.",
+    )
 
     def validate_query(self, value: str) -> str:
         if not value.strip():
@@ -200,6 +206,12 @@ class SearchRequestSerializer(serializers.Serializer[Any]):
                 message=f"sources must be a non-empty subset of {', '.join(SOURCES)}.",
                 details={"unknown": unknown},
             )
+        return value
+
+    def validate_embedding(self, value: list[float]) -> list[float]:
+        problem = embedding_problem(value)
+        if problem is not None:
+            raise ApiError(code=problem[0], message=problem[1])
         return value
 
     def validate_threshold(self, value: float | None) -> float | None:

@@ -129,14 +129,19 @@ def _memory_problem(draft: MemoryDraft, now: datetime) -> tuple[str, str] | None
     if draft.expires_at is not None and draft.expires_at <= now:
         return "expires_in_past", "expires_at must be in the future."
     if draft.embedding is not None:
-        if len(draft.embedding) != LOCAL_DIMENSIONS:
-            return (
-                "invalid_embedding",
-                f"An embedding must have {LOCAL_DIMENSIONS} dimensions, "
-                f"not {len(draft.embedding)}.",
-            )
-        if not all(math.isfinite(value) for value in draft.embedding):
-            return "invalid_embedding", "An embedding must not contain NaN or infinity."
+        return embedding_problem(draft.embedding)
+    return None
+
+
+def embedding_problem(embedding: Sequence[float]) -> tuple[str, str] | None:
+    """Why a vector given by the caller cannot be used (code, message), or None."""
+    if len(embedding) != LOCAL_DIMENSIONS:
+        return (
+            "invalid_embedding",
+            f"An embedding must have {LOCAL_DIMENSIONS} dimensions, not {len(embedding)}.",
+        )
+    if not all(math.isfinite(value) for value in embedding):
+        return "invalid_embedding", "An embedding must not contain NaN or infinity."
     return None
 
 

@@ -399,6 +399,7 @@ def test_search_over_the_api(client, agent):
         ({"query": "x", "weights": {"similarity": -1}}, "invalid_weights"),
         ({"query": "x", "weights": {"luck": 1}}, "invalid_weights"),
         ({"query": "x", "threshold": 2}, "invalid_threshold"),
+        ({"query": "x", "embedding": [0.1] * 383}, "invalid_embedding"),
     ],
 )
 def test_bad_search_input_is_a_400_with_a_code(client, body, code):
@@ -406,6 +407,39 @@ def test_bad_search_input_is_a_400_with_a_code(client, body, code):
 
     assert response.status_code == 400
     assert response.json()["error"]["code"] == code
+
+
+def test_a_caller_may_send_the_query_vector_it_already_has(client, agent, monkeypatch):
+    """The vector given ranks the semantic leg and the service embeds nothing: here it points
+    at a memory sharing no word with the query text."""
+    from memory import search
+
+    direction = [0.0] * 384
+    direction[7] = 1.0
+    memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(content="the north star", embedding=direction),
+            MemoryDraft(content="a southern cross", embedding=[0.0] * 7 + [-1.0] + [0.0] * 376),
+        ],
+        actor="system",
+    )
+
+    def no_embedding(text):
+        raise AssertionError("the service embedded a query that came with its vector")
+
+    monkeypatch.setattr(search, "embed_query", no_embedding)
+    response = client.post(
+        "/api/v1/memories/search/",
+        {"query": "unrelated words", "embedding": direction, "top_k": 2, "threshold": 0.5},
+        format="json",
+    )
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert [hit["content"] for hit in body["results"]] == ["the north star"]
+    assert body["results"][0]["breakdown"]["cosine"] == pytest.approx(1.0)
+    assert body["semantic"] is True
 
 
 def test_an_agent_key_cannot_search_as_another_agent(client, other_agent):

@@ -788,6 +788,7 @@ class SearchRequestRequest(TypedDict):
     filters: NotRequired[Any]
     weights: NotRequired[Any]
     threshold: NotRequired[float | None]
+    embedding: NotRequired[list[float]]
 
 
 class SearchResult(TypedDict):
