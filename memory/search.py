@@ -21,8 +21,8 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -177,7 +177,8 @@ KEYWORD_AGENT_KEY = "agent_id = %(agent)s AND "
 KEYWORD_AGENT_KEY_MAX_SHARE = 0.1
 NO_ROWS = "SELECT NULL::bigint AS id WHERE false"
 
-# One round trip: the candidates of both legs, each with its cosine (keyword-only ones too: the
+# One round trip: the candidates of both legs, each with what ranks it (the text and the other
+# details are read for the top K only, MEMORY_DETAILS_SQL): its cosine (keyword-only ones too: the
 # research lost 0.03 R@10 without it), its Okapi BM25 from its tsvector positions and the
 # agent's statistics, and its session neighbours for the neighbour boost. The candidate ids are
 # gathered into one array first so each row is read once, by primary key, however large the
@@ -191,8 +192,7 @@ candidate_ids AS MATERIALIZED (
 query_terms AS (
     SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS q(lexeme, idf)
 )
-SELECT m.id, m.content, m.role, m.session_id, m.memory_type, m.tags, m.metadata,
-       m.occurred_at, m.created_at, m.content_hash, m.importance,
+SELECT m.id, extract(epoch FROM m.occurred_at)::float8 AS occurred_epoch, m.content_hash,
        {effective_importance} AS effective_importance,
        {cosine} AS cosine,
        coalesce((
@@ -365,13 +365,46 @@ def _memory_candidates(
         Candidate(
             source=AGENT_MEMORY,
             id=int(row[0]),
-            content=row[1],
-            cosine=None if row[12] is None else float(row[12]),
-            keyword=float(row[13]),
-            moment=row[7],
-            importance=float(row[11]),
-            content_hash=row[9],
-            details={
+            content="",  # read for the hits kept (memory_hits_completed)
+            cosine=None if row[4] is None else float(row[4]),
+            keyword=float(row[5]),
+            moment=datetime.fromtimestamp(float(row[1]), tz=UTC),
+            importance=float(row[3]),
+            content_hash=row[2],
+            details={},
+            previous_id=row[6],
+            next_id=row[7],
+            own_match=bool(row[8]),
+        )
+        for row in rows
+    ]
+
+
+MEMORY_DETAILS_SQL = """
+SELECT id, content, role, session_id, memory_type, tags, metadata, occurred_at, created_at,
+       importance
+FROM memory_memory WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s AND id = ANY(%(ids)s)
+"""
+
+
+def memory_hits_completed(agent: Agent, hits: list[SearchHit]) -> list[SearchHit]:
+    """The hits with their memories' text and details, read for these few only (ranking needs
+    neither; reading them for every candidate cost more than the rest of the ranking). A memory
+    deleted in between leaves the list."""
+    ids = [hit.id for hit in hits if hit.source == AGENT_MEMORY]
+    if not ids:
+        return hits
+    with connection.cursor() as cursor:
+        cursor.execute(
+            MEMORY_DETAILS_SQL, {"tenant": agent.tenant_id, "agent": agent.pk, "ids": ids}
+        )
+        rows = {int(row[0]): row for row in cursor.fetchall()}
+    completed = []
+    for hit in hits:
+        if hit.source != AGENT_MEMORY:
+            completed.append(hit)
+        elif (row := rows.get(hit.id)) is not None:
+            details = {
                 "role": row[2],
                 "session_id": row[3],
                 "memory_type": row[4],
@@ -380,14 +413,10 @@ def _memory_candidates(
                 "metadata": json.loads(row[6]) if isinstance(row[6], str) else row[6],
                 "occurred_at": row[7],
                 "created_at": row[8],
-                "stored_importance": float(row[10]),
-            },
-            previous_id=row[14],
-            next_id=row[15],
-            own_match=bool(row[16]),
-        )
-        for row in rows
-    ]
+                "stored_importance": float(row[9]),
+            }
+            completed.append(replace(hit, content=row[1], details=details))
+    return completed
 
 
 # --- audit log and workflow steps --------------------------------------------------------------
@@ -642,6 +671,7 @@ def memories_search(
         threshold=settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold,
         now=moment,
     )[:top_k]
+    hits = memory_hits_completed(agent, hits)
     if record_retrieval:
         _mark_retrieved(agent, [h.id for h in hits if h.source == AGENT_MEMORY], moment)
     return SearchOutcome(

@@ -293,9 +293,9 @@ def test_the_keyword_leg_applies_every_filter_to_the_rows_it_matches(agent, filt
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        found = {row[1] for row in cursor.fetchall()}
+        found = {row[0] for row in cursor.fetchall()}
 
-    assert found == expected
+    assert set(Memory.objects.filter(pk__in=found).values_list("content", flat=True)) == expected
 
 
 def test_duplicates_by_content_collapse_to_the_best_scored_copy(agent, tenant):
