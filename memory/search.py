@@ -63,6 +63,10 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 # Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
 MEMORY_DENSE_CANDIDATES = 100
+# Under a tag, metadata or type filter, the HNSW scan must walk past about 1 / (the share kept)
+# rows for each one it returns; its first batch (hnsw.ef_search 800 at a share of 5 %) holds
+# about 40 rows that pass, and stopping there halves the walk (bench/memory_scale.py).
+MEMORY_DENSE_CANDIDATES_NARROWED = 50
 MEMORY_KEYWORD_CANDIDATES = 300
 # The keyword leg fetches the rows of the query's rarest lexemes while they number at most this
 # (LoCoMo dev: R@10 0.809 / 0.810 / 0.811 at 150 / 300 / 600, with 152 / 198 / 276 candidates).
@@ -94,6 +98,11 @@ class SearchFilters:
     memory_type: str | None = None
     tags: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def narrowing(self) -> bool:
+        """Whether a filter beyond the session keeps an unknown share of the agent's rows."""
+        return bool(self.tags or self.metadata or self.memory_type)
 
 
 @dataclass
@@ -248,7 +257,7 @@ NARROWING_FILTER_SHARE = 0.1
 def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilters) -> float:
     """The share of the indexed rows the semantic leg's filters are expected to keep."""
     share = agent_memories / max(table_rows, agent_memories, 1)
-    if filters.tags or filters.metadata or filters.memory_type:
+    if filters.narrowing:
         share *= NARROWING_FILTER_SHARE
     return share
 
@@ -256,9 +265,16 @@ def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilter
 def dense_leg_plan(agent_memories: int, filters: SearchFilters) -> SemanticPlan:
     return semantic_plan(
         agent_memories,
-        narrowed=bool(filters.tags or filters.metadata or filters.memory_type),
+        narrowed=filters.narrowing,
         within_session=filters.session_id is not None,
     )
+
+
+def dense_candidates(agent_memories: int, filters: SearchFilters) -> int:
+    """How many rows the semantic leg asks for."""
+    if filters.narrowing and dense_leg_plan(agent_memories, filters) is SemanticPlan.INDEX:
+        return MEMORY_DENSE_CANDIDATES_NARROWED
+    return MEMORY_DENSE_CANDIDATES
 
 
 def dense_leg_sql(agent_memories: int, filters: SearchFilters) -> str:
@@ -315,7 +331,7 @@ def memory_candidates_query(
         "agent": agent.pk,
         "now": now,
         "vector": vector_literal(vector) if vector is not None else None,
-        "dense_k": MEMORY_DENSE_CANDIDATES,
+        "dense_k": dense_candidates(documents, filters),
         "keyword_k": MEMORY_KEYWORD_CANDIDATES,
         "ef_search": hnsw_ef_search(semantic_share(documents, table_rows, filters)),
         "tsquery": tsquery_any(fetching),

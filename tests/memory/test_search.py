@@ -249,6 +249,7 @@ def test_the_index_is_asked_with_a_candidate_list_as_wide_as_the_filters_are_nar
         # A small agent under a filter the covering index cannot answer: its rows, sorted.
         (20_000, "status", SearchFilters(tags=("x",)), SemanticPlan.SCAN),
         (0, "status", SearchFilters(), SemanticPlan.INDEX),  # a large one: the index
+        (0, "status", SearchFilters(tags=("x",)), SemanticPlan.INDEX),
         (0, "status", SearchFilters(session_id="s1"), SemanticPlan.SCAN),  # one session
         # A query of stop words alone still counts the agent's memories.
         (0, "the of and", SearchFilters(), SemanticPlan.INDEX),
@@ -266,6 +267,9 @@ def test_the_semantic_leg_leaves_the_index_to_agents_with_many_memories(
 
     assert nearest_rows_sql(filtered_where(filters), plan, limit="dense_k") in sql
     assert params["ef_search"] >= 400
+    # The index walks about 1 / share rows per row returned under a tag filter: it asks for
+    # fewer there.
+    assert params["dense_k"] == (50 if plan is SemanticPlan.INDEX and filters.tags else 100)
 
 
 @pytest.mark.parametrize(
