@@ -129,9 +129,20 @@ class Memory(models.Model):
                 name="memory_agent_sketch",
             ),
             GinIndex(fields=["tags"], name="memory_tags"),
-            # btree_gin puts the agent in the same index, so a keyword lookup reads one agent's
-            # postings instead of the whole tenant's.
-            GinIndex(fields=["agent", "search_vector"], name="memory_search_vector"),
+            # Each keyword document's lexemes keyed by the agent ("43:budget"), so the keyword leg
+            # reads the postings of one agent's lexemes only. A GIN index over (agent, document)
+            # is never used with the agent as a key (the planner reads the agent through a B-tree
+            # and ANDs in every row of the table holding the lexeme: 5-12 ms at 2,000,000 rows,
+            # against 0.1 ms here).
+            GinIndex(
+                models.Func(
+                    models.F("agent"),
+                    models.F("search_vector"),
+                    function="memory_agent_lexemes",
+                    output_field=ArrayField(models.TextField()),
+                ),
+                name="memory_agent_lexemes",
+            ),
             # Archived memories are never searched, and leaving them out means archiving (decay,
             # quota) writes the row's new version without a new graph node, the costliest part
             # of an update on this table.

@@ -167,25 +167,20 @@ FILTER_SQL = {
     "tags": " AND tags @> %(tags)s::varchar[]",
     "metadata": " AND metadata @> %(metadata)s::jsonb",
 }
-# The rows holding the fetched lexemes come from the full-text GIN index, a few hundred of the
-# agent's at most (KEYWORD_FETCH_BUDGET), and the filters are checked on those rows. OFFSET 0
-# keeps the filters out of the inner query: otherwise the planner ANDs in the bitmap of a B-tree
-# or of the tag index, every row of the agent or of the tenant with the tag (42 ms for a tag on
-# 200,000 of 2,000,000 rows). The agent is a key of the same GIN index ({agent_key}) only when
-# it owns a small share of the table; for a large agent, intersecting with its posting list
-# costs more than checking the agent on the few rows the lexemes name.
+# The agent's rows holding the fetched lexemes come from the GIN index memory_agent_lexemes
+# (keys "<agent>:<lexeme>"), a few hundred at most (KEYWORD_FETCH_BUDGET), and the filters are
+# checked on those rows. OFFSET 0 keeps the filters out of the inner query: otherwise the
+# planner may AND in the tag index's bitmap, every row of the tenant with the tag (42 ms for a
+# tag on 200,000 of 2,000,000 rows).
 KEYWORD_LEG = """
     SELECT id FROM (
         SELECT id, tenant_id, agent_id, archived_at, expires_at, session_id, memory_type, tags,
                metadata
         FROM memory_memory
-        WHERE {agent_key}search_vector @@ %(tsquery)s::tsquery
+        WHERE memory_agent_lexemes(agent_id, search_vector) && %(agent_lexemes)s::text[]
         OFFSET 0
     ) AS memory_memory
     WHERE {where} LIMIT %(keyword_k)s"""
-KEYWORD_AGENT_KEY = "agent_id = %(agent)s AND "
-# An agent owning at least this share of the table's rows is checked on the matched rows.
-KEYWORD_AGENT_KEY_MAX_SHARE = 0.1
 NO_ROWS = "SELECT NULL::bigint AS id WHERE false"
 
 # One round trip: the candidates of both legs, each with what ranks it (the text and the other
@@ -284,11 +279,8 @@ def dense_leg_sql(agent_memories: int, filters: SearchFilters) -> str:
     return nearest_rows_sql(filtered_where(filters), plan, limit="dense_k")
 
 
-def keyword_leg_sql(agent_memories: int, table_rows: float, filters: SearchFilters) -> str:
-    """The keyword leg for an agent of this size in a table of this many rows."""
-    share = agent_memories / max(table_rows, agent_memories, 1)
-    agent_key = KEYWORD_AGENT_KEY if share < KEYWORD_AGENT_KEY_MAX_SHARE else ""
-    return KEYWORD_LEG.format(agent_key=agent_key, where=filtered_where(filters))
+def keyword_leg_sql(filters: SearchFilters) -> str:
+    return KEYWORD_LEG.format(where=filtered_where(filters))
 
 
 def filtered_where(filters: SearchFilters) -> str:
@@ -334,7 +326,7 @@ def memory_candidates_query(
         "dense_k": dense_candidates(documents, filters),
         "keyword_k": MEMORY_KEYWORD_CANDIDATES,
         "ef_search": hnsw_ef_search(semantic_share(documents, table_rows, filters)),
-        "tsquery": tsquery_any(fetching),
+        "agent_lexemes": [f"{agent.pk}:{lexeme}" for lexeme in fetching],
         "any_lexeme": tsquery_any(lexeme for _, lexeme in present),
         "lexemes": lexemes,
         "idfs": idfs,
@@ -351,7 +343,7 @@ def memory_candidates_query(
     dense = dense_leg_sql(documents, filters)
     sql = MEMORY_CANDIDATES_SQL.format(
         dense=dense if vector is not None else NO_ROWS,
-        keyword=keyword_leg_sql(documents, table_rows, filters) if fetching else NO_ROWS,
+        keyword=keyword_leg_sql(filters) if fetching else NO_ROWS,
         # Unqualified columns in it resolve to the memory: no other relation has them.
         effective_importance=EFFECTIVE_IMPORTANCE_SQL,
         cosine="1 - (m.embedding <=> %(vector)s::vector)" if vector is not None else "NULL",
