@@ -64,8 +64,8 @@ BM25_B = 0.75
 # Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
 MEMORY_DENSE_CANDIDATES = 100
 # Under a tag, metadata or type filter, the HNSW scan must walk past about 1 / (the share kept)
-# rows for each one it returns; its first batch (hnsw.ef_search 800 at a share of 5 %) holds
-# about 40 rows that pass, and stopping there halves the walk (bench/memory_scale.py).
+# rows for each one it returns: asking for half as many halves the walk, and the ranking of ten
+# results does not need a hundred semantic candidates from a tenth of the rows.
 MEMORY_DENSE_CANDIDATES_NARROWED = 50
 MEMORY_KEYWORD_CANDIDATES = 300
 # The keyword leg fetches the rows of the query's rarest lexemes while they number at most this
