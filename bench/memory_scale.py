@@ -421,13 +421,19 @@ def check_documents(conn: Any, sample: int, seed: int) -> tuple[int, int]:
     return sum(before[i] == after[i] for i in ids), len(ids)
 
 
+def hnsw_index() -> Any:
+    from memory.models import Memory
+
+    return next(i for i in Memory._meta.indexes if i.name == "memory_embedding_hnsw")
+
+
 def hnsw_rebuild(conn: Any, maintenance_work_mem: str) -> tuple[float, int]:
     """Create the model's HNSW index on the loaded table; returns (seconds, bytes)."""
     from django.db import connection
 
     from memory.models import Memory
 
-    index = next(i for i in Memory._meta.indexes if i.name == "memory_embedding_hnsw")
+    index = hnsw_index()
     with connection.schema_editor(collect_sql=True) as editor:
         sql = str(index.create_sql(Memory, editor))
     conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", [maintenance_work_mem])
@@ -853,7 +859,8 @@ def load_dataset(
         "SELECT pg_table_size('memory_memory'), pg_indexes_size('memory_memory')"
     ).fetchone()
     say(
-        f"HNSW (m 16, ef_construction 64, maintenance_work_mem {args.maintenance_work_mem}): "
+        f"HNSW (m {hnsw_index().m}, ef_construction {hnsw_index().ef_construction}, "
+        f"maintenance_work_mem {args.maintenance_work_mem}): "
         f"built in {build_seconds:.1f} s ({total / build_seconds:,.0f} rows/s), "
         f"{hnsw_bytes / 2**20:,.0f} MiB; table {table_bytes / 2**20:,.0f} MiB, all indexes "
         f"{index_bytes / 2**20:,.0f} MiB"

@@ -22,7 +22,7 @@ def api_key_by_secret(*, raw_key: str) -> ApiKey | None:
     from ledger.services import api_key_hash
 
     return (
-        ApiKey.objects.select_related("tenant", "agent")
+        ApiKey.objects.select_related("tenant", "agent__tenant")
         .filter(key_hash=api_key_hash(raw_key), revoked_at__isnull=True)
         .first()
     )

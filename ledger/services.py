@@ -377,6 +377,8 @@ def api_key_mark_used(*, api_key: ApiKey) -> None:
     """Record use at most once a minute per key, so authentication is not a write per request."""
     now = timezone.now()
     cutoff = now - timedelta(seconds=settings.API_KEY_LAST_USED_RESOLUTION_SECONDS)
+    if api_key.last_used_at is not None and api_key.last_used_at >= cutoff:
+        return  # the row just read says so: no statement at all
     ApiKey.objects.filter(pk=api_key.pk).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
     ).update(last_used_at=now)

@@ -75,7 +75,10 @@ def agent_for_caller(principal: ApiPrincipal, name: str | None) -> Agent:
         return own
     if own is not None and own.name != name:
         raise NotFound()
-    agent: Agent | None = Agent.objects.filter(tenant=principal.tenant, name=name).first()
+    # The tenant comes along: searches read its recall settings.
+    agent: Agent | None = (
+        Agent.objects.select_related("tenant").filter(tenant=principal.tenant, name=name).first()
+    )
     if agent is None:
         raise NotFound()
     return agent

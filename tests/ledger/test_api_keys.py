@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from ledger.models import ApiKey, Event, Role
@@ -81,6 +85,23 @@ def test_it_records_when_a_key_was_last_used(tenant, make_key):
 
     key.refresh_from_db()
     assert key.last_used_at is not None
+
+
+def test_a_key_used_within_the_minute_is_not_written_again(tenant, make_key):
+    key, raw_key = make_key(tenant, role=Role.AGENT)
+    client = bearer(raw_key)
+    client.get("/api/v1/agents/")
+    key.refresh_from_db()
+    first_use = key.last_used_at
+
+    with CaptureQueriesContext(connection) as queries:
+        client.get("/api/v1/agents/")
+
+    assert not [q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=first_use - timedelta(minutes=5))
+    client.get("/api/v1/agents/")
+    key.refresh_from_db()
+    assert key.last_used_at > first_use  # a minute later it is recorded again
 
 
 @pytest.mark.parametrize(
