@@ -16,7 +16,8 @@ def test_shared_buffers_follow_the_setting(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("memory_mb", "expected"), [(512, "256MB"), (8192, "2048MB"), (65536, "4096MB")]
+    ("memory_mb", "expected"),
+    [(512, "256MB"), (8192, "2048MB"), (24576, "6144MB"), (131072, "16384MB")],
 )
 def test_shared_buffers_default_to_a_quarter_of_memory_within_bounds(
     monkeypatch, memory_mb, expected
