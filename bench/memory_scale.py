@@ -68,6 +68,8 @@ TARGET_DB_P95_MS = 20.0
 TARGET_API_P95_MS = 50.0
 TARGET_RECALL = 0.95
 WARM_UP = 10
+# --narrowed-variant: alternated rounds per setting.
+COMPARE_ROUNDS = 4
 SEMANTIC_LEG_ORDER = "relaxed_order"  # memory.search's, for the search's semantic leg
 # --warm: every query of a case once, untimed, before the timed pass (steady state: the pages a
 # case reads are in memory, as in a service that has been answering for a while).
@@ -645,6 +647,41 @@ def time_candidates_sql(queries: Sequence[Query], filters: Any) -> list[float]:
     return latency
 
 
+@contextlib.contextmanager
+def narrowed_settings(rows: int, ceiling: int) -> Iterator[None]:
+    """The service with another row count and ef_search ceiling for narrowed HNSW searches."""
+    from memory import search, selectors
+
+    saved = search.MEMORY_DENSE_CANDIDATES_NARROWED, selectors.HNSW_EF_SEARCH_MAX
+    search.MEMORY_DENSE_CANDIDATES_NARROWED, selectors.HNSW_EF_SEARCH_MAX = rows, ceiling
+    try:
+        yield
+    finally:
+        search.MEMORY_DENSE_CANDIDATES_NARROWED, selectors.HNSW_EF_SEARCH_MAX = saved
+
+
+def compare_narrowed(
+    conn: Any, queries: Sequence[Query], filters: Any, variant: tuple[int, int], *, recall: bool
+) -> None:
+    """The tag filter's database part with the service's settings and with ``variant`` (rows,
+    ef_search ceiling), in alternated rounds so the machine's noise falls on both alike."""
+    from memory import search, selectors
+
+    service = (search.MEMORY_DENSE_CANDIDATES_NARROWED, selectors.HNSW_EF_SEARCH_MAX)
+    times: dict[tuple[int, int], list[float]] = {service: [], variant: []}
+    for round_number in range(COMPARE_ROUNDS):
+        order = [service, variant] if round_number % 2 == 0 else [variant, service]
+        for settings in order:
+            with narrowed_settings(*settings):
+                times[settings] += time_candidates_sql(queries, filters)
+    for (rows, ceiling), values in times.items():
+        line = f"  {rows} rows, ef_search <= {ceiling}: {spread(values)} ms over {len(values)}"
+        if recall:
+            with narrowed_settings(rows, ceiling):
+                line += f"; {recall_of_dense_leg(conn, queries, filters).line()}"
+        print(line)
+
+
 def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
     """Where the database time goes: each part of the search's SQL run alone (ms per query),
     plus how many rows the keyword leg fetches."""
@@ -790,6 +827,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--skip-recall", action="store_true", help="latency only (recall needs exact scans)"
+    )
+    parser.add_argument(
+        "--narrowed-variant",
+        metavar="ROWS:CEILING",
+        help="also time the tag filter with another row count and ef_search ceiling, e.g. 40:800",
     )
     parser.add_argument(
         "--reuse",
@@ -1041,6 +1083,10 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
                 print("      " + line)
     ratio = statistics.median(db["big agent"]) / statistics.median(db["small agents"])
     print(f"  median big agent / median small agents: {ratio:.1f}x")
+    if args.narrowed_variant:
+        rows, ceiling = (int(part) for part in args.narrowed_variant.split(":"))
+        say(f"tag filter, the service's settings against {rows} rows from a list of {ceiling}")
+        compare_narrowed(conn, big_queries, flagged, (rows, ceiling), recall=not args.skip_recall)
 
     say(f"search over HTTP, {args.queries} queries per case; load {load_average()}")
     api = stack.client(key)

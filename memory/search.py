@@ -64,11 +64,10 @@ BM25_B = 0.75
 # Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
 MEMORY_DENSE_CANDIDATES = 100
 # Under a tag, metadata or type filter, the HNSW scan must walk past about 1 / (the share kept)
-# rows for each one it returns: asking for fewer shortens the walk, and the ranking of ten
-# results does not need a hundred semantic candidates from a tenth of the rows. 40 fit in one
-# batch of the iterative scan at the widest candidate list (selectors.HNSW_EF_SEARCH_MAX); 30
-# let recall@10 fall below 0.95, one query finding none of its ten (bench/memory_scale.py).
-MEMORY_DENSE_CANDIDATES_NARROWED = 40
+# rows for each one it returns: asking for half as many halves the walk, and the ranking of ten
+# results does not need a hundred semantic candidates from a tenth of the rows. 30 let recall@10
+# fall below 0.95, one query finding none of its ten (bench/memory_scale.py).
+MEMORY_DENSE_CANDIDATES_NARROWED = 50
 MEMORY_KEYWORD_CANDIDATES = 300
 # The keyword leg fetches the rows of the query's rarest lexemes while they number at most this
 # (LoCoMo dev: R@10 0.809 / 0.810 / 0.811 at 150 / 300 / 600, with 152 / 198 / 276 candidates).

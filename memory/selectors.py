@@ -18,14 +18,14 @@ from memory.models import Memory
 
 # HNSW's candidate list while scanning. Filters (agent, tags, expiry) reject most of what the
 # index offers; the list must be wide enough to keep recall@10 against exact search above 0.95
-# (bench/memory_scale.py, 2,000,000 memories, the graph built with ef_construction 128, an agent
-# owning half of them: 0.946 at 40, 0.974 at 100, 200 and 400, for 2.4 / 2.9 / 3.6 / 4.2 ms).
-# Narrower filters get a wider list (hnsw_ef_search), within these bounds. The ceiling lets one
-# batch of the iterative scan hold the rows a narrowed search asks for: a tag keeping 10 % of
-# that agent's rows keeps about 1 in 20 of the tuples walked, 40 of 800 (the database part's
-# p95 18.5-19.4 ms at 800 against 23.5-30.5 at 400 with two batches, recall 0.963 / 0.970).
+# (bench/memory_scale.py, 2,000,000 memories, the graph built with ef_construction 128, 200
+# queries: an agent owning half of them 0.875 / 0.914 / 0.954 / 0.960 at 40 / 100 / 200 / 400,
+# for 2.1 / 2.6 / 3.1 / 3.8 ms; a tag keeping 10 % of its rows 0.982 with 50 rows from a list
+# of 400, 0.975 with 40 from 800, in the same time: p50 9.7 / 9.0 ms, p95 13.0 / 13.3 over 600
+# searches each, alternated). Narrower filters get a wider list (hnsw_ef_search), within these
+# bounds.
 HNSW_EF_SEARCH = 200
-HNSW_EF_SEARCH_MAX = 800
+HNSW_EF_SEARCH_MAX = 400
 # ef_search = this / the share of rows the filters keep, within the two bounds above.
 HNSW_EF_SEARCH_PER_SHARE = 40
 

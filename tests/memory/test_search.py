@@ -234,8 +234,7 @@ def test_filters_that_remove_most_rows_still_give_the_exact_top_k(agent):
 def test_the_index_is_asked_with_a_candidate_list_as_wide_as_the_filters_are_narrow():
     assert hnsw_ef_search(0.5) == 200  # half the rows pass: the floor
     assert hnsw_ef_search(0.16) == 250
-    assert hnsw_ef_search(0.05) == 800
-    assert hnsw_ef_search(0.01) == 800  # the ceiling
+    assert hnsw_ef_search(0.01) == 400  # the ceiling
     assert semantic_share(1000, 2000, SearchFilters()) == 0.5
     assert semantic_share(1000, 2000, SearchFilters(tags=("x",))) == pytest.approx(0.05)
     # The table's row estimate can lag behind an agent that just grew.
@@ -270,7 +269,7 @@ def test_the_semantic_leg_leaves_the_index_to_agents_with_many_memories(
     assert params["ef_search"] >= 200
     # The index walks about 1 / share rows per row returned under a tag filter: it asks for
     # fewer there.
-    assert params["dense_k"] == (40 if plan is SemanticPlan.INDEX and filters.tags else 100)
+    assert params["dense_k"] == (50 if plan is SemanticPlan.INDEX and filters.tags else 100)
 
 
 @pytest.mark.parametrize(
