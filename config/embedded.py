@@ -145,9 +145,33 @@ def _make_reachable_for(path: Path, user: str | None) -> None:
     os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
+# Where a container's memory limit is written: cgroup v2, then v1. The machine's own memory is
+# what sysconf reports even inside a container; a pool sized from it could outgrow the limit
+# and get PostgreSQL killed.
+CGROUP_MEMORY_LIMIT_FILES = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+
+
+def container_memory_limit() -> int | None:
+    """The memory limit of the container this process runs in, in bytes; None without one."""
+    for path in CGROUP_MEMORY_LIMIT_FILES:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        # "max" (v2) or a huge number (v1, no limit) mean none.
+        if text.isdigit() and int(text) < 2**60:
+            return int(text)
+        return None
+    return None
+
+
 def shared_buffers() -> str:
     """PostgreSQL's buffer pool: ``EMBEDDED_POSTGRES_SHARED_BUFFERS`` (PostgreSQL units, e.g.
-    ``2GB``), else a quarter of the machine's memory between 256 MB and 16 GB, the usual size
+    ``2GB``), else a quarter of the machine's memory (or of the container's memory limit, when
+    it is lower) between 256 MB and 16 GB, the usual size
     for a server that has the machine to itself. Pages outside the pool come from the OS cache
     one system call each, if the OS still holds them: HNSW walks and exact scans over a large
     table read thousands. With 2,000,000 memories (a 3.9 GB graph) on a 24 GB machine, a
@@ -158,6 +182,9 @@ def shared_buffers() -> str:
     if configured:
         return configured
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = container_memory_limit()
+    if limit is not None:
+        memory = min(memory, limit)
     megabytes = min(max(memory // 4 // 2**20, 256), 16384)
     return f"{megabytes}MB"
 

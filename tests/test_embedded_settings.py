@@ -25,5 +25,33 @@ def test_shared_buffers_default_to_a_quarter_of_memory_within_bounds(
     monkeypatch.delenv("EMBEDDED_POSTGRES_SHARED_BUFFERS", raising=False)
     sizes = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": memory_mb * 2**20 // 4096}
     monkeypatch.setattr(os, "sysconf", lambda name: sizes[name])
+    monkeypatch.setattr(embedded, "container_memory_limit", lambda: None)
+
+    assert embedded.shared_buffers() == expected
+
+
+@pytest.mark.parametrize(
+    ("v2", "v1", "expected"),
+    [
+        ("2147483648\n", None, "512MB"),  # a 2 GB container on a 24 GB machine
+        ("max\n", None, "6144MB"),  # cgroup v2 without a limit
+        (None, "9223372036854771712\n", "6144MB"),  # cgroup v1 without a limit
+        (None, "4294967296\n", "1024MB"),
+        (None, None, "6144MB"),  # no cgroup files at all
+    ],
+)
+def test_shared_buffers_stay_within_a_containers_memory_limit(
+    monkeypatch, tmp_path, v2, v1, expected
+):
+    monkeypatch.delenv("EMBEDDED_POSTGRES_SHARED_BUFFERS", raising=False)
+    sizes = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 24576 * 2**20 // 4096}
+    monkeypatch.setattr(os, "sysconf", lambda name: sizes[name])
+    files = []
+    for name, text in (("memory.max", v2), ("memory.limit_in_bytes", v1)):
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        files.append(path)
+    monkeypatch.setattr(embedded, "CGROUP_MEMORY_LIMIT_FILES", tuple(files))
 
     assert embedded.shared_buffers() == expected
