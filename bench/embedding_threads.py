@@ -1,12 +1,14 @@
-"""How many threads one short text's embedding should run on (memory.local_embedder).
+"""How many threads one short text's embedding should run on (memory.local_embedder), and what
+a second onnxruntime session for it would cost in memory.
 
     python bench/embedding_threads.py               # 400 query-length texts, about 10 s
     python bench/embedding_threads.py --busy 1      # with one spinning process beside it
 
 A search embeds one query of a few words. onnxruntime can split each operator of that run over
 both cores, or run it on one. Both embedders below are the service's own LocalEmbedder, built
-with single-text runs on 1 and on 2 threads, timed alternately on the same texts in the same
-process (the order swapped every text), so the machine's noise falls on both alike. ``--busy``
+with 1 and with 2 intra-op threads, timed alternately on the same texts in the same
+process (the order swapped every text), so the machine's noise falls on both alike; the
+process's resident memory is read before and after each is built. ``--busy``
 starts processes that spin on a core each, the way other services on a shared machine do.
 """
 
@@ -18,6 +20,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from _setup import ROOT, percentile
 
@@ -50,6 +53,10 @@ WORDS = [
 ]
 
 
+def resident_megabytes() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def spin(stop_at: float) -> None:
     while time.monotonic() < stop_at:
         pass
@@ -67,10 +74,14 @@ def main() -> None:
 
     rng = np.random.default_rng(7)
     texts = [" ".join(rng.choice(WORDS, int(rng.integers(3, 9)))) for _ in range(args.texts)]
-    embedders = {threads: LocalEmbedder(single_text_threads=threads) for threads in (1, 2)}
-    for text in texts[:20]:  # warm-up
-        for embedder in embedders.values():
-            embedder.embed([text])
+    embedders: dict[int, LocalEmbedder] = {}
+    grown: dict[int, float] = {}
+    for threads in (2, 1):
+        before = resident_megabytes()
+        embedders[threads] = LocalEmbedder(threads=threads)
+        for text in texts[:20]:  # warm-up, which also allocates the session's buffers
+            embedders[threads].embed([text])
+        grown[threads] = resident_megabytes() - before
     spinners = [
         multiprocessing.Process(target=spin, args=(time.monotonic() + 600,), daemon=True)
         for _ in range(args.busy)
@@ -100,6 +111,10 @@ def main() -> None:
     ratio = statistics.median(timings[1]) / statistics.median(timings[2])
     tail = percentile(timings[1], 0.95) / percentile(timings[2], 0.95)
     print(f"  1 thread / 2 threads: p50 {ratio:.2f}x, p95 {tail:.2f}x")
+    print(
+        f"  resident memory added by the first session {grown[2]:.0f} MB, by a second one "
+        f"{grown[1]:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -44,32 +44,27 @@ class LocalEmbedder:
     name = f"local:{MODEL_NAME}"
     dimensions = DIMENSIONS
 
-    def __init__(self, threads: int | None = None, single_text_threads: int = 1) -> None:
+    def __init__(self, threads: int | None = None) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
-        model = str(_package_file(*_MODEL_FILE))
-
-        def session(intra_op_threads: int) -> Any:
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = intra_op_threads
-            options.inter_op_num_threads = 1
-            # onnxruntime's idle threads spin for a while after each operator by default,
-            # holding a core the database needs for the same search: on 2 cores, a query's
-            # embedding took 15 ms and the SQL after it 31 ms (p50) with spinning, 7 ms and
-            # 17.5 ms without.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-            return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-
-        # Batches (a store of many memories) split each operator over the cores. One short
-        # text (a search's query) runs on one thread: split, each operator waits for its
-        # slowest part, and on a busy machine that part waits for a core
-        # (bench/embedding_threads.py, 2 cores at load 1.7-2: p95 12-14 % lower on one).
-        self._batch_session: Any = session(threads or min(os.cpu_count() or 1, 2))
-        self._single_session: Any = session(single_text_threads)
-        self._inputs = {node.name for node in self._batch_session.get_inputs()}
+        options = onnxruntime.SessionOptions()
+        # One request embeds one short text: more threads than cores only adds contention.
+        # Two threads embed a query faster on a quiet machine and one on a busy one, by half a
+        # millisecond either way (bench/embedding_threads.py); a second session to choose per
+        # call would cost about 100 MB in every process that embeds. Batches gain from two.
+        options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 2)
+        options.inter_op_num_threads = 1
+        # onnxruntime's idle threads spin for a while after each operator by default, holding a
+        # core the database needs for the same search: on 2 cores, a query's embedding took
+        # 15 ms and the SQL after it 31 ms (p50) with spinning, 7 ms and 17.5 ms without.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session: Any = onnxruntime.InferenceSession(
+            str(_package_file(*_MODEL_FILE)), options, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {node.name for node in self._session.get_inputs()}
         tokenizer = Tokenizer.from_file(str(_package_file(*_TOKENIZER_FILE)))
         # The shipped tokenizer pads everything to 128 tokens; pad to the batch's longest instead.
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 (a token, not a secret)
@@ -87,8 +82,7 @@ class LocalEmbedder:
         feed = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.zeros_like(ids)
-        session = self._single_session if len(texts) == 1 else self._batch_session
-        tokens = session.run(None, feed)[0]
+        tokens = self._session.run(None, feed)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (tokens * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
