@@ -171,12 +171,12 @@ def container_memory_limit() -> int | None:
 def shared_buffers() -> str:
     """PostgreSQL's buffer pool: ``EMBEDDED_POSTGRES_SHARED_BUFFERS`` (PostgreSQL units, e.g.
     ``2GB``), else a quarter of the machine's memory (or of the container's memory limit, when
-    it is lower) between 256 MB and 16 GB, the usual size
-    for a server that has the machine to itself. Pages outside the pool come from the OS cache
-    one system call each, if the OS still holds them: HNSW walks and exact scans over a large
-    table read thousands. With 2,000,000 memories (a 3.9 GB graph) on a 24 GB machine, a
-    search under a tag filter took p95 10.5-11.9 ms with 6 GB against 19.2-22.1 with the
-    former 4 GB ceiling (bench/memory_scale.py, runs alternated).
+    it is lower) between 256 MB and 16 GB, the usual size for a server that has the machine to
+    itself. Pages outside the pool come from the OS cache one system call each, if the OS still
+    holds them: HNSW walks and exact scans over a large table read thousands. With 2,000,000
+    memories (a 3.9 GB graph) on a 24 GB machine, a search under a tag filter took p95
+    10.5-11.9 ms with 6 GB against 19.2-22.1 with the former 4 GB ceiling
+    (bench/memory_scale.py, runs alternated).
     """
     configured = env_str("EMBEDDED_POSTGRES_SHARED_BUFFERS")
     if configured:
