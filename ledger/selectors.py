@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -137,13 +138,76 @@ def tenant_overview(*, tenant: Tenant, agent_limit: int = 20) -> TenantOverview:
     )
 
 
+# --- What an agent may see of the ledger (SPEC 3.1) ---------------------------------------------
+#
+# An agent sees its own events and the others' public ones. An event is public when its kind is
+# one of the tenant's globally visible kinds and, for a kind made from other events (a
+# reflection), every kind it was made from is too: a compaction of private thoughts is as
+# private as the thoughts. Such an event records those kinds in its payload (DERIVED_FROM_KEY,
+# see ``event_derived_from``), so the rule is read from the event itself under today's settings.
+# A reflection written before it recorded them names only the seq range it covers (COVERS_KEY):
+# its sources can no longer be told (the visible kinds of that day are unknown, and a covered
+# peer reflection may itself have carried private text), so it stays private to its actor.
+#
+# The rule is spelled twice, side by side: ``event_visible_to`` for the ORM and
+# ``event_visible_sql`` for raw statements (recall, memory search); tests/ledger/test_visibility.py
+# holds the two to the same answers. Every reader of events on an agent's behalf uses one of them.
+
+DERIVED_KINDS = ("agent.reflected",)
+DERIVED_FROM_KEY = "source_kinds"
+# The seq range every reflection of the service records; beside no DERIVED_FROM_KEY, an old one.
+COVERS_KEY = "covers"
+
+
 def event_visible_to(*, agent: Agent, settings: RecallSettings | None = None) -> Q:
-    """Events an agent may see: its own, plus the tenant's globally visible kinds.
+    """Events an agent may see: its own, plus the others' public events (see above).
 
     Pass the tenant's settings when the caller already has them, to save a query.
     """
-    visible = (settings or RecallSettings.for_tenant(agent.tenant)).globally_visible_kinds
-    return Q(actor=agent.name) | Q(kind__in=visible)
+    visible = list((settings or RecallSettings.for_tenant(agent.tenant)).globally_visible_kinds)
+    sources_public = Q(**{f"payload__{DERIVED_FROM_KEY}__contained_by": visible}) | (
+        ~Q(payload__has_key=DERIVED_FROM_KEY) & ~Q(payload__has_key=COVERS_KEY)
+    )
+    public = Q(kind__in=visible) & (~Q(kind__in=DERIVED_KINDS) | sources_public)
+    return Q(actor=agent.name) | public
+
+
+def event_visible_sql(alias: str) -> str:
+    """``event_visible_to`` as a SQL condition on the ledger_event row ``alias``, for raw
+    statements. Its parameters are named; ``event_visible_params`` gives them."""
+    e = alias
+    return f"""({e}.actor = %(viewer)s OR (
+        {e}.kind = ANY(%(visible_kinds)s::text[])
+        AND ({e}.kind <> ALL(%(derived_kinds)s::text[]) OR CASE
+            WHEN {e}.payload ? '{DERIVED_FROM_KEY}'
+            THEN {e}.payload -> '{DERIVED_FROM_KEY}' <@ to_jsonb(%(visible_kinds)s::text[])
+            ELSE NOT {e}.payload ? '{COVERS_KEY}' END)))"""
+
+
+def event_visible_params(*, agent: Agent, settings: RecallSettings) -> dict[str, Any]:
+    return {
+        "viewer": agent.name,
+        "visible_kinds": list(settings.globally_visible_kinds),
+        "derived_kinds": list(DERIVED_KINDS),
+    }
+
+
+def event_derived_from(events: Iterable[Event]) -> list[str]:
+    """What an event made from these ones records under DERIVED_FROM_KEY: their kinds, and the
+    kinds that derived ones among them were made from in turn (a reflection that compacts a
+    peer's reflection is public only while everything behind that one is)."""
+    kinds: set[str] = set()
+    for event in events:
+        kinds.add(event.kind)
+        if event.kind not in DERIVED_KINDS or not isinstance(event.payload, dict):
+            continue
+        recorded = event.payload.get(DERIVED_FROM_KEY)
+        # jsonb containment (event_visible_sql's <@) counts a lone string as a list of one.
+        if isinstance(recorded, str):
+            recorded = [recorded]
+        if isinstance(recorded, list):
+            kinds.update(kind for kind in recorded if isinstance(kind, str))
+    return sorted(kinds)
 
 
 # --- Ledger browser ----------------------------------------------------------------------------

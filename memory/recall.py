@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection
 
 from ledger.models import Agent, Event, RecallSettings
-from ledger.selectors import event_visible_to
+from ledger.selectors import event_visible_params, event_visible_sql, event_visible_to
 from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ visible AS MATERIALIZED (
         FROM ledger_event AS e LEFT JOIN importance USING (kind)
         WHERE e.tenant_id = %(tenant)s
           AND e.run_id = %(run_id)s
-          AND (e.actor = %(agent)s OR e.kind = ANY(%(visible)s))
+          AND {visible}
     ) AS terms
 ),
 cutoff AS MATERIALIZED (
@@ -167,8 +167,7 @@ def recall_salience(
         "query": query,
         "tenant": agent.tenant_id,
         "run_id": run_id,
-        "agent": agent.name,
-        "visible": list(settings.globally_visible_kinds),
+        **event_visible_params(agent=agent, settings=settings),
         "decay": settings.recency_decay,
         "current_turn": current_turn,
         "importance_kinds": list(settings.kind_importance),
@@ -191,6 +190,7 @@ def recall_salience(
             logger.warning("semantic index unavailable for recall, using keywords: %s", exc)
             note = f"semantic index unavailable ({exc}); relevance is keyword overlap"
     sql = _SALIENCE_SQL.format(
+        visible=event_visible_sql("e"),
         semantic_join=_SEMANTIC_JOIN if semantic else "",
         semantic_column=_SEMANTIC_COLUMN if semantic else "NULL::float8",
     )

@@ -1,11 +1,16 @@
 """Reflection: every ``threshold`` qualifying events, an agent compacts what it has been through
-into an ``agent.reflected`` event, which later recall picks up like any other visible event.
+into an ``agent.reflected`` event, which later recall picks up like any other event it may see.
 
-Qualifying events are the agent's own plus the tenant's reflection kinds (world beats, verdicts,
-user injections, run starts, reflections), not peer speech (SPEC 3.1). The agent's own reflections
-do not count, so reflecting never makes another reflection due. A reflection is due when
-``qualifying // threshold`` exceeds the reflections the agent already made in the run: checking
-twice, or from two workers at once, creates it once.
+Qualifying events are the agent's own plus those of the tenant's reflection kinds (world beats,
+verdicts, user injections, run starts, reflections) it may see, not peer speech (SPEC 3.1). The
+agent's own reflections do not count, so reflecting never makes another reflection due. A
+reflection is due when ``qualifying // threshold`` exceeds the reflections the agent already
+made in the run: checking twice, or from two workers at once, creates it once.
+
+A reflection compacts the events its agent may see, its own private thoughts among them, so it
+records the kinds it was made from and is private to its agent when any of them is private
+(``ledger.selectors.event_visible_to`` reads that): peers see it only when everything it
+compacts is visible to them anyway.
 
 The default summariser is local and deterministic; ``REFLECTION_LLM_URL`` switches to an
 OpenAI-compatible chat endpoint, with the local summary as the fallback when it fails.
@@ -22,7 +27,12 @@ from django.db.models import Q
 
 from config.http import ExternalServiceError, post_json
 from ledger.models import Agent, Event, RecallSettings
-from ledger.selectors import event_visible_to
+from ledger.selectors import (
+    COVERS_KEY,
+    DERIVED_FROM_KEY,
+    event_derived_from,
+    event_visible_to,
+)
 from ledger.services import event_append
 
 logger = logging.getLogger(__name__)
@@ -51,6 +61,8 @@ def reflection_state(*, agent: Agent, run_id: str) -> ReflectionState:
     own_reflections = Q(actor=agent.name, kind=REFLECTED)
     qualifying = (
         run_events.filter(Q(actor=agent.name) | Q(kind__in=settings_.reflection_kinds))
+        # A peer's private reflection is not the agent's to count: the count would betray it.
+        .filter(event_visible_to(agent=agent, settings=settings_))
         .exclude(own_reflections)
         .count()
     )
@@ -152,7 +164,9 @@ def reflection_create_if_due(*, agent: Agent, run_id: str, force: bool = False) 
         payload.update(
             {
                 "summary": summary,
-                "covers": {
+                # What makes the reflection private to its actor when any of them is private.
+                DERIVED_FROM_KEY: event_derived_from(recent),
+                COVERS_KEY: {
                     "from_seq": recent[0].seq if recent else None,
                     "to_seq": recent[-1].seq if recent else None,
                     "events": len(recent),

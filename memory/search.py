@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger.models import Agent, RecallSettings
+from ledger.selectors import event_visible_params, event_visible_sql
 from memory import policies
 from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
 from memory.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
@@ -438,13 +439,12 @@ SELECT coalesce(array_agg(word), '{}') FROM unnest(ledger_words(%(query)s)) AS w
 WHERE to_tsvector('english', word) <> ''::tsvector
 """
 
-# Visible = the agent's own events and the tenant's globally visible kinds, the rule of
-# ledger.selectors.event_visible_to spelled in SQL.
+# Both legs keep to the events the agent may see (ledger.selectors.event_visible_sql).
 EVENT_CANDIDATES_SQL = """
 WITH keyword AS (
     SELECT e.id FROM ledger_event AS e
     WHERE e.tenant_id = %(tenant)s AND e.search_words && %(words)s::text[]
-      AND (e.actor = %(actor)s OR e.kind = ANY(%(visible_kinds)s))
+      AND {visible}
     ORDER BY e.seq DESC LIMIT %(limit)s
 ),
 dense AS ({dense}),
@@ -461,7 +461,7 @@ EVENT_DENSE_LEG = """
         WHERE tenant_id = %(tenant)s AND model = %(model)s
         ORDER BY event_id DESC LIMIT %(window)s
     ) AS newest JOIN ledger_event AS e ON e.id = newest.event_id
-    WHERE e.actor = %(actor)s OR e.kind = ANY(%(visible_kinds)s)
+    WHERE {visible}
     ORDER BY newest.embedding <=> %(vector)s::vector LIMIT %(limit)s"""
 
 
@@ -469,21 +469,21 @@ def _event_candidates(
     *, agent: Agent, query: str, vector: Sequence[float] | None, sources: Sequence[str]
 ) -> list[Candidate]:
     recall_settings = RecallSettings.for_tenant(agent.tenant)
-    visible = list(recall_settings.globally_visible_kinds)
+    visible = event_visible_sql("e")
     with connection.cursor() as cursor:
         cursor.execute(EVENT_WORDS_SQL, {"query": query})
         words = list(cursor.fetchone()[0])
         cursor.execute(
             EVENT_CANDIDATES_SQL.format(
-                dense=EVENT_DENSE_LEG if vector is not None else NO_ROWS,
+                visible=visible,
+                dense=EVENT_DENSE_LEG.format(visible=visible) if vector is not None else NO_ROWS,
                 cosine="1 - (ee.embedding <=> %(vector)s::vector)"
                 if vector is not None
                 else "NULL::float8",
             ),
             {
                 "tenant": agent.tenant_id,
-                "actor": agent.name,
-                "visible_kinds": visible,
+                **event_visible_params(agent=agent, settings=recall_settings),
                 "words": words,
                 "limit": EVENT_CANDIDATES,
                 "window": EVENT_SEMANTIC_WINDOW,

@@ -18,6 +18,7 @@ from memory.models import Memory, MemorySearchTotals, MemoryTerm
 from memory.search import (
     AGENT_MEMORY,
     AUDIT_LOG,
+    SOURCES,
     WORKFLOW_STEPS,
     SearchFilters,
     SearchWeights,
@@ -29,6 +30,7 @@ from memory.search import (
 )
 from memory.selectors import SemanticPlan, hnsw_ef_search, nearest_rows_sql
 from memory.services import MemoryDraft, memories_store, memory_delete, memory_update
+from tests.memory.private_reflection import SECRET, SECRET_QUERY, private_reflection_made
 
 pytestmark = pytest.mark.django_db
 
@@ -509,3 +511,37 @@ def test_concurrent_writers_in_one_session_neither_deadlock_nor_skew_the_statist
 
     assert stats_kept(agent) == stats_recounted(agent)
     assert Memory.objects.filter(agent=agent).count() == 12 - 1 + 8
+
+
+@pytest.fixture
+def private_reflection(agent):
+    """Atlas's reflection over its private thoughts, which name a secret word; in the index."""
+    return private_reflection_made(agent, thoughts=3)
+
+
+@pytest.mark.parametrize("sources", [SOURCES, [AUDIT_LOG]], ids=["every source", "audit log"])
+def test_a_private_reflection_is_found_by_no_other_agent(private_reflection, other_agent, sources):
+    by_keyword = memories_search(
+        agent=other_agent, query=SECRET_QUERY, sources=sources, top_k=50, threshold=-1
+    )
+    # The reflection's own vector as the query: the semantic leg's best possible match.
+    by_meaning = memories_search(
+        agent=other_agent,
+        query="unrelated",
+        sources=sources,
+        top_k=50,
+        threshold=-1,
+        vector=list(private_reflection.embedding.embedding),
+    )
+
+    for outcome in (by_keyword, by_meaning):
+        assert all(SECRET not in hit.content for hit in outcome.hits)
+        assert all(hit.details.get("kind") != "agent.reflected" for hit in outcome.hits)
+
+
+def test_its_own_agent_finds_its_private_reflection(private_reflection, agent):
+    hits = memories_search(agent=agent, query=SECRET_QUERY, top_k=10).hits
+
+    assert private_reflection.seq in {
+        h.id for h in hits if h.details.get("kind") == "agent.reflected"
+    }
