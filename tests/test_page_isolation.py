@@ -19,6 +19,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from ledger.models import Agent, Event, Role, Tenant
+from tests.memory.private_reflection import SECRET_LINE, SECRET_QUERY, private_reflection_made
 from tests.trust.governance_rows import flag_row, override_row, proposal_row
 
 pytestmark = pytest.mark.django_db
@@ -161,3 +162,45 @@ def test_a_reviewer_cannot_take_admin_actions(client_as, page, tenant, mine):
 
     assert response.status_code == 403
     assert ledger_size(tenant) == before
+
+
+# --- Private kinds, and what the service makes of them (issue 18, item 5) ----------------------
+# A person reads the whole ledger, private thoughts included, so the ledger page shows a private
+# reflection to every seat alike; the memory explorer searches as one agent, and shows what that
+# agent may see.
+
+
+@pytest.fixture
+def alice_and_bob(tenant: Tenant, make_agent: Callable[..., Agent]) -> tuple[Agent, Agent]:
+    alice = make_agent(tenant, name="Alice")
+    private_reflection_made(alice)
+    return alice, make_agent(tenant, name="Bob")
+
+
+@pytest.mark.parametrize("role", [Role.REVIEWER, Role.ADMIN])
+def test_the_explorer_shows_no_agent_another_agents_private_reflection(
+    client_as, tenant, alice_and_bob, role
+):
+    alice, bob = alice_and_bob
+    client = client_as(tenant, role)
+    search = {"q": SECRET_QUERY, "sources": "audit_log"}
+
+    as_bob = client.get("/memory/", {"agent": bob.pk, **search})
+    as_alice = client.get("/memory/", {"agent": alice.pk, **search})
+
+    assert as_bob.status_code == as_alice.status_code == 200
+    assert SECRET_LINE not in as_bob.content.decode()
+    assert "agent.reflected" in as_alice.content.decode()
+
+
+@pytest.mark.parametrize("role", [Role.REVIEWER, Role.ADMIN])
+def test_the_ledger_page_shows_private_reflections_to_people_as_it_shows_private_thoughts(
+    client_as, tenant, alice_and_bob, role
+):
+    thought = Event.objects.filter(kind="agent.thought").first()
+    reflection = Event.objects.get(kind="agent.reflected")
+
+    body = client_as(tenant, role).get("/ledger/", {"actor": "Alice"}).content.decode()
+
+    assert f'data-seq="{thought.seq}"' in body
+    assert f'data-seq="{reflection.seq}"' in body

@@ -25,6 +25,13 @@ from tests.memory.isolation_content import (
     content_snapshot,
     content_victims,
 )
+from tests.memory.private_reflection import (
+    RUN,
+    SECRET,
+    SECRET_LINE,
+    SECRET_QUERY,
+    private_reflection_made,
+)
 from tests.trust.isolation_core import TRUST_CORE_ENDPOINTS, trust_core_snapshot, trust_core_victims
 from tests.trust.isolation_governance import (
     GOVERNANCE_ENDPOINTS,
@@ -334,3 +341,63 @@ def test_context_never_holds_another_agents_memories(tenant, victim, make_agent,
     assert response.status_code == 200
     assert response.json()["memories"] == []
     assert all("private note" not in m["content"] for m in response.json()["messages"])
+
+
+# --- Private kinds, and what the service makes of them (issue 18, item 5) ----------------------
+
+# Every read through which an agent's key meets ledger text (the MCP tools call these too).
+LEDGER_READS = [
+    Endpoint("get", "/api/v1/events/", Role.AGENT),
+    Endpoint("get", "/api/v1/events/?kind=agent.reflected", Role.AGENT),
+    Endpoint("get", "/api/v1/events/{seq}/", Role.AGENT, target="reflection"),
+    Endpoint("post", "/api/v1/recall/", Role.AGENT, {"run_id": RUN, "mode": "episodic"}),
+    Endpoint(
+        "post", "/api/v1/recall/", Role.AGENT, {"run_id": RUN, "mode": "salience", "query": SECRET}
+    ),
+    Endpoint(
+        "post",
+        "/api/v1/memories/search/",
+        Role.AGENT,
+        {"query": SECRET_QUERY, "top_k": 50, "threshold": -1},
+    ),
+    Endpoint("post", "/api/v1/context/", Role.AGENT, {"token_budget": 5000, "query": SECRET_QUERY}),
+]
+
+
+@pytest.fixture
+def private_reflection(tenant, make_agent) -> dict[str, int]:
+    return {"reflection": private_reflection_made(make_agent(tenant, name="Alice")).seq}
+
+
+@pytest.mark.parametrize("endpoint", LEDGER_READS, ids=str)
+def test_a_reflection_of_private_thoughts_reaches_no_other_agent(
+    endpoint, tenant, private_reflection, make_agent, api_as
+):
+    bob = api_as(tenant, role=Role.AGENT, agent=make_agent(tenant, name="Bob"))
+
+    response = call(bob, endpoint, private_reflection)
+
+    assert response.status_code in (200, 404)
+    assert SECRET_LINE not in response.content.decode()
+
+
+@pytest.mark.parametrize("endpoint", LEDGER_READS, ids=str)
+def test_its_own_agent_still_reads_its_private_reflection(
+    endpoint, tenant, private_reflection, api_as
+):
+    alice = api_as(tenant, role=Role.AGENT, agent=Agent.objects.get(name="Alice"))
+
+    response = call(alice, endpoint, private_reflection)
+
+    assert response.status_code == 200
+    assert SECRET_LINE in response.content.decode()
+    assert "agent.reflected" in response.content.decode()
+
+
+def test_a_tenant_wide_key_reads_private_reflections_as_it_reads_private_thoughts(
+    tenant, private_reflection, api_as
+):
+    listed = api_as(tenant, role=Role.REVIEWER).get("/api/v1/events/").json()["results"]
+
+    kinds = {event["kind"] for event in listed if SECRET_LINE in str(event["payload"])}
+    assert kinds == {"agent.thought", "agent.reflected"}
