@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Agent, Event, Tenant
+from ledger.names import agent_name_key
 
 
 def _parsed(value: str | None) -> datetime | None:
@@ -76,8 +77,11 @@ class AgentProjection:
                     for field in _FIELDS:
                         setattr(agent, field, fields[field])
                     changed.append(agent)
-            # Park changed names first, so swapping two agents' names cannot collide.
+            # Park changed names first, so swapping two agents' names cannot collide. A parked
+            # key holds a colon, which no valid name's key does (ledger.names), so it is free.
             for agent in changed:
-                Agent.objects.filter(pk=agent.pk).update(name=f"~rebuild-{agent.pk}")
-            Agent.objects.bulk_update(changed, list(_FIELDS))
+                parked = f"rebuild:{agent.pk}"
+                Agent.objects.filter(pk=agent.pk).update(name=parked, name_key=parked)
+                agent.name_key = agent_name_key(agent.name)
+            Agent.objects.bulk_update(changed, [*_FIELDS, "name_key"])
         self._replayed = {}

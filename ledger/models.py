@@ -10,6 +10,8 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Func
 
+from ledger.names import AGENT_NAME_KEY_MAX_LENGTH, AGENT_NAME_MAX_LENGTH, agent_name_key
+
 
 class Tenant(models.Model):
     """An organisation. Every other row in the service belongs to exactly one tenant."""
@@ -41,7 +43,13 @@ class TenantOwned(models.Model):
 class Agent(TenantOwned):
     DEFAULT_TRUST_SCORE = 0.6
 
-    name = models.CharField(max_length=200, help_text="Unique per tenant; the orchestrator's name.")
+    name = models.CharField(
+        max_length=AGENT_NAME_MAX_LENGTH,
+        help_text="The orchestrator's name for it; unique per tenant, look-alikes included.",
+    )
+    # ledger.names.agent_name_key(name), kept by save(): names that differ only in case or in
+    # look-alike characters share it, and the database holds it unique per tenant.
+    name_key = models.CharField(max_length=AGENT_NAME_KEY_MAX_LENGTH, editable=False)
     model = models.CharField(max_length=200, blank=True, default="")
     primary_role = models.CharField(max_length=100, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -51,12 +59,19 @@ class Agent(TenantOwned):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="agent_name_unique_per_tenant")
+            models.UniqueConstraint(fields=["tenant", "name_key"], name="agent_name_key_per_tenant")
         ]
         ordering = ["id"]
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.name_key = agent_name_key(self.name)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "name" in update_fields:
+            kwargs["update_fields"] = {*update_fields, "name_key"}
+        super().save(*args, **kwargs)
 
 
 class Role(models.TextChoices):

@@ -14,8 +14,29 @@ from ledger.models import Agent, ApiKey, Event, RecallSettings, Role, displayabl
 from ledger.services import EventDraft
 
 
+@extend_schema_field(OpenApiTypes.STR)
+class AgentNameField(serializers.Field):  # type: ignore[type-arg]
+    """Any string: the agent services check names (ledger.names), so that every refused name,
+    one with a NUL or one too long included, answers the one code ``invalid_agent_name``."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise ApiError(
+                code="invalid_agent_name",
+                message="The agent name must be a string.",
+                details={"reason": "not_a_string"},
+            )
+        return data
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
 class AgentSerializer(serializers.ModelSerializer[Agent]):
-    name = serializers.CharField(max_length=200, trim_whitespace=True)
+    name = AgentNameField(
+        help_text="Unique per tenant without regard to case or look-alike characters; one "
+        "script, no hidden characters, no colon, not 'system'. Stored in NFKC form."
+    )
 
     class Meta:
         model = Agent

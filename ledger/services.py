@@ -17,6 +17,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -34,9 +36,18 @@ from ledger.models import (
     Role,
     Tenant,
 )
+from ledger.names import (
+    HUMAN_ACTOR_PREFIX,
+    NameProblem,
+    agent_name_key,
+    agent_name_problem,
+    human_actor_problem,
+    label_problem,
+    name_normal_form,
+)
+from ledger.names import SYSTEM_ACTOR as SYSTEM_ACTOR  # the ledger's actors are imported from here
 from ledger.projections import projections_after_append
 
-SYSTEM_ACTOR = "system"
 API_KEY_PREFIX = "amk_"
 _VISIBLE_PREFIX_LENGTH = 12
 
@@ -186,10 +197,47 @@ def event_append(
     return events_append(tenant=tenant, drafts=[draft])[0]
 
 
+# --- Names ---------------------------------------------------------------------------------------
+
+LABEL_MAX_LENGTH = 200
+
+
+def _name_refused(problem: NameProblem, *, code: str, subject: str) -> ApiError:
+    return ApiError(
+        code=code, message=f"{subject} {problem.message}", details={"reason": problem.reason}
+    )
+
+
+def agent_name_clean(raw: str) -> str:
+    """``raw`` in normal form, or 400 ``invalid_agent_name`` saying what is wrong with it
+    (the rule: ``ledger.names``)."""
+    name = name_normal_form(raw)
+    problem = agent_name_problem(name)
+    if problem is not None:
+        raise _name_refused(problem, code="invalid_agent_name", subject=f"The agent name {name!r}")
+    return name
+
+
+def _label_clean(raw: str, *, code: str, subject: str) -> str:
+    label = name_normal_form(raw)
+    problem = label_problem(label, max_length=LABEL_MAX_LENGTH)
+    if problem is not None:
+        raise _name_refused(problem, code=code, subject=f"{subject} {label!r}")
+    return label
+
+
 # --- Tenants and people ------------------------------------------------------------------------
 
 
 def tenant_create(*, name: str, slug: str, actor: str = SYSTEM_ACTOR) -> Tenant:
+    name = _label_clean(name, code="invalid_tenant_name", subject="The tenant name")
+    try:
+        validate_slug(slug)
+    except ValidationError as exc:
+        raise ApiError(
+            code="invalid_tenant_slug",
+            message=f"The tenant slug {slug!r} may hold only ASCII letters, digits, - and _.",
+        ) from exc
     with transaction.atomic():
         if Tenant.objects.filter(slug=slug).exists():
             raise Conflict(code="tenant_slug_taken", message=f"A tenant '{slug}' already exists.")
@@ -220,10 +268,20 @@ def membership_grant(
 
 
 def _agent_name_taken(tenant: Tenant, name: str) -> Conflict:
+    holder = (
+        Agent.objects.filter(tenant=tenant, name_key=agent_name_key(name))
+        .values_list("name", flat=True)
+        .first()
+    )
+    if holder is None or holder == name:
+        message = f"This tenant already has an agent named '{name}'."
+    else:
+        message = (
+            f"This tenant already has an agent named '{holder}', which differs from '{name}' "
+            "only in case or in look-alike characters."
+        )
     return Conflict(
-        code="agent_name_taken",
-        message=f"This tenant already has an agent named '{name}'.",
-        details={"name": name},
+        code="agent_name_taken", message=message, details={"name": name, "taken_by": holder}
     )
 
 
@@ -236,6 +294,7 @@ def agent_create(
     primary_role: str = "",
     probation_until: datetime | None = None,
 ) -> Agent:
+    name = agent_name_clean(name)
     payload: dict[str, Any] = {"name": name, "model": model, "primary_role": primary_role}
     if probation_until is not None:
         payload["probation_until"] = probation_until.isoformat()
@@ -268,6 +327,8 @@ def agent_update(*, agent: Agent, actor: str, changes: dict[str, Any]) -> Agent:
         raise ApiError(
             code="field_not_editable", message=f"Cannot change: {', '.join(sorted(unknown))}."
         )
+    if "name" in changes:
+        changes = {**changes, "name": agent_name_clean(str(changes["name"]))}
     changed = {key: value for key, value in changes.items() if getattr(agent, key) != value}
     if not changed:
         return agent
@@ -290,7 +351,7 @@ def agent_update(*, agent: Agent, actor: str, changes: dict[str, Any]) -> Agent:
             )
     except IntegrityError as exc:
         agent.refresh_from_db()
-        raise _agent_name_taken(agent.tenant, str(changes.get("name"))) from exc
+        raise _agent_name_taken(agent.tenant, str(changes["name"])) from exc
     return agent
 
 
@@ -322,6 +383,7 @@ def api_key_create(
     created_by: AbstractBaseUser | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its secret, which is never stored or shown again."""
+    name = _label_clean(name, code="invalid_api_key_name", subject="The API key name")
     if role not in Role.values:
         raise ApiError(
             code="invalid_role", message=f"Role must be one of {', '.join(Role.values)}."
@@ -406,8 +468,12 @@ def _client_event_problem(
         )
     if draft.turn < 0:
         return ("invalid_turn", "Turn must be zero or positive.")
-    is_agent = draft.actor != SYSTEM_ACTOR and not draft.actor.startswith("human:")
-    if is_agent and draft.actor not in known_agents:
+    if draft.actor.startswith(HUMAN_ACTOR_PREFIX):
+        problem = human_actor_problem(draft.actor)
+        if problem is not None:
+            return ("invalid_actor", f"Actor {draft.actor!r}: the name {problem.message}")
+        return None
+    if draft.actor != SYSTEM_ACTOR and draft.actor not in known_agents:
         return (
             "unknown_actor",
             f"Actor {draft.actor!r} is not an agent of this tenant "

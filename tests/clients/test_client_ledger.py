@@ -80,8 +80,8 @@ def test_it_reads_and_changes_recall_settings_and_lists_jobs(admin: Client):
 def test_it_raises_typed_errors_with_the_servers_code(tenant_keys, admin: Client):
     with pytest.raises(BadRequestError) as caught:
         admin.agents_create(name="")
-    assert caught.value.code == "validation_error"
-    assert "name" in caught.value.details
+    assert caught.value.code == "invalid_agent_name"
+    assert caught.value.details["reason"] == "empty"
     reviewer = tenant_keys.client(tenant_keys.reviewer)
     with pytest.raises(PermissionDeniedError) as denied:
         reviewer.agents_create(name="Nope")
