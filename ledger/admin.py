@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
@@ -15,6 +16,7 @@ from ledger.models import (
     RecallSettings,
     Tenant,
 )
+from ledger.names import agent_name_key, agent_name_problem, name_normal_form
 
 
 @admin.register(Tenant)
@@ -23,12 +25,72 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
     search_fields = ["slug", "name"]
 
 
+class AgentAdminForm(forms.ModelForm[Agent]):
+    """The services' name rule, reported on the form instead of as a failed save."""
+
+    class Meta:
+        model = Agent
+        fields = ["tenant", "name", "model", "primary_role", "probation_until"]
+
+    def clean_name(self) -> str:
+        name = name_normal_form(str(self.cleaned_data["name"]))
+        problem = agent_name_problem(name)
+        if problem is not None:
+            raise forms.ValidationError(f"The name {name!r} {problem.message}", code=problem.reason)
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        tenant = cleaned.get("tenant") or getattr(self.instance, "tenant", None)
+        name = cleaned.get("name")
+        if tenant is not None and name:
+            holder = (
+                Agent.objects.filter(tenant=tenant, name_key=agent_name_key(name))
+                .exclude(pk=self.instance.pk)
+                .first()
+            )
+            if holder is not None:
+                self.add_error(
+                    "name",
+                    f"This tenant already has an agent named '{holder.name}' "
+                    "(names that differ only in case or in look-alike characters are the same).",
+                )
+        return cleaned
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin[Agent]):
+    """Agents are created and changed through the agent services, so each change is a ledger
+    event (a rebuild of the agents projection would otherwise undo it) and passes the name rule."""
+
+    form = AgentAdminForm
     list_display = ["name", "tenant", "primary_role", "model", "trust_score", "probation_until"]
     list_filter = ["tenant", "primary_role"]
     search_fields = ["name", "model"]
     readonly_fields = ["trust_score", "rounds_participated", "created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
+        # An agent never moves to another tenant: its memories and keys stay where they are.
+        return [*self.readonly_fields, *(["tenant"] if obj is not None else [])]
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        # Imported here: the admin loads while the apps do, before DRF's settings have imported
+        # ledger.auth, and ledger.services imported now would close that cycle half-way.
+        from ledger import services
+
+        actor = services.actor_for_user(request.user)  # type: ignore[arg-type]
+        fields = {
+            name: form.cleaned_data[name]
+            for name in services.AGENT_EDITABLE_FIELDS
+            if name in form.cleaned_data
+        }
+        if change:
+            stored = Agent.objects.get(pk=obj.pk)
+            changes = {name: value for name, value in fields.items() if name in form.changed_data}
+            saved = services.agent_update(agent=stored, actor=actor, changes=changes)
+        else:
+            saved = services.agent_create(tenant=obj.tenant, actor=actor, **fields)
+        obj.pk, obj.name, obj.name_key = saved.pk, saved.name, saved.name_key
 
 
 @admin.register(ApiKey)

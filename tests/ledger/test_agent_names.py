@@ -11,6 +11,7 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.test import Client
 
 from config.api import ApiError
 from ledger import services
@@ -290,3 +291,47 @@ def test_tenant_names_and_slugs_are_checked_by_the_service(db):
     assert bad_name.value.error_code == "invalid_tenant_name"
     assert bad_slug.value.error_code == "invalid_tenant_slug"
     assert services.tenant_create(name=" \uff21cme ", slug="acme").name == "Acme"
+
+
+# --- The admin goes through the same services ------------------------------------------------
+
+
+@pytest.fixture
+def admin_client(db):
+    user = get_user_model().objects.create_superuser(username="root", password="x-12345678")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_admin_refuses_a_look_alike_name_on_the_form(admin_client, tenant, make_agent):
+    make_agent(tenant, name="alpha")
+
+    for name in ["ALPHA", "system", "human:bob"]:
+        response = admin_client.post(
+            "/admin/ledger/agent/add/", {"tenant": tenant.pk, "name": name, "model": ""}
+        )
+        assert response.status_code == 200  # the form again, with its error
+        assert response.context["adminform"].form.errors["name"], name
+    assert Agent.objects.filter(tenant=tenant).count() == 1
+
+
+def test_the_admin_creates_and_renames_agents_as_ledger_events(admin_client, tenant):
+    created = admin_client.post(
+        "/admin/ledger/agent/add/", {"tenant": tenant.pk, "name": "\uff21tlas", "model": "m"}
+    )
+    agent = Agent.objects.get(tenant=tenant)
+    renamed = admin_client.post(
+        f"/admin/ledger/agent/{agent.pk}/change/", {"name": "Atlas2", "model": "m"}
+    )
+
+    assert (created.status_code, renamed.status_code) == (302, 302)
+    agent.refresh_from_db()
+    assert agent.name == "Atlas2"
+    events = Event.objects.filter(tenant=tenant, kind__startswith="agent.").order_by("seq")
+    assert [(e.kind, e.actor) for e in events] == [
+        ("agent.registered", "human:root"),
+        ("agent.updated", "human:root"),
+    ]
+    assert events[0].payload["name"] == "Atlas"
+    assert events[1].payload["changes"] == {"name": "Atlas2"}
