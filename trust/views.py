@@ -27,6 +27,7 @@ from django.views.decorators.http import require_GET, require_POST
 from config.api import ApiError
 from config.views import HtmxHttpRequest
 from ledger.models import Agent, Membership, Role
+from ledger.services import actor_for_user
 from trust import governance, interchange, selectors, services
 from trust.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
 from trust.models import GamingFlag, Override, RubricProposal
@@ -72,7 +73,8 @@ def _membership(request: HtmxHttpRequest) -> Membership:
 
 
 def _actor(request: HtmxHttpRequest) -> str:
-    return str(request.user.get_username())
+    # "human:<username>", as everywhere in the ledger: a bare username could be an agent's name.
+    return actor_for_user(request.user)  # type: ignore[arg-type]
 
 
 def _pager_links(request: HtmxHttpRequest, page: Page[Any], param: str) -> dict[str, str]:

@@ -72,7 +72,7 @@ def test_a_reviewer_marks_an_override_regretted_and_the_chart_shows_the_drop(
     row.get_by_role("button", name="Mark regretted").click()
     # HTMX swaps the row in place: same id, now regretted, with the reviewer's name.
     page.wait_for_selector(f"#override-{waiting.pk}.review-row--regretted")
-    assert "reverted by ada" in page.locator(f"#override-{waiting.pk}").inner_text()
+    assert "reverted by human:ada" in page.locator(f"#override-{waiting.pk}").inner_text()
     assert page.url.endswith("/trust/review/")
     screenshot("trust-review-queue-after-regret")
 
@@ -186,7 +186,7 @@ def test_an_admin_decides_a_proposal_and_clears_a_flag_inline(page_as, critic, t
     proposal.refresh_from_db()
     assert (flag.status, flag.reviewed_by, flag.review_note) == (
         "dismissed",
-        "root",
+        "human:root",
         "narrow on purpose this week",
     )
     assert (proposal.status, proposal.result_version) == ("accepted", 2)

@@ -339,12 +339,12 @@ def test_a_reviewer_marks_an_override_regretted_and_the_row_updates_in_place(
     html = response.content.decode()
     assert html.strip().startswith(f'<tr id="override-{waiting_override.pk}"')
     assert "Regretted" in html
-    assert "reverted by ada" in html
+    assert "reverted by human:ada" in html
     waiting_override.refresh_from_db()
     assert waiting_override.regret is True
-    assert waiting_override.reverted_by == "ada"
+    assert waiting_override.reverted_by == "human:ada"
     event = Event.objects.filter(tenant=agent.tenant, kind="override.reverted").get()
-    assert event.actor == "ada"
+    assert event.actor == "human:ada"
     assert event.payload["override_ids"] == [waiting_override.pk]
     agent.refresh_from_db()
     assert agent.trust_score < before
@@ -368,14 +368,14 @@ def test_a_reviewer_confirms_an_override_as_a_ledger_event_in_their_name(login, 
     response = client.post(f"/trust/overrides/{waiting_override.pk}/confirm", **HTMX)
 
     assertContains(response, "Confirmed")
-    assertContains(response, "by grace")
+    assertContains(response, "by human:grace")
     event = Event.objects.get(kind="override.confirmed")
-    assert event.actor == "grace"
+    assert event.actor == "human:grace"
     assert event.payload["override_id"] == waiting_override.pk
     waiting_override.refresh_from_db()
     assert waiting_override.regret is False
     queue_page = client.get("/trust/review/")
-    assert queue_page.context["waiting_rows"][0]["confirmation"].by == "grace"
+    assert queue_page.context["waiting_rows"][0]["confirmation"].by == "human:grace"
 
 
 def test_without_htmx_an_action_redirects_back_to_the_queue(login, waiting_override):
@@ -401,7 +401,7 @@ def test_actions_need_the_csrf_token(tenant, waiting_override):
     assert refused.status_code == 403
     assert allowed.status_code == 200
     waiting_override.refresh_from_db()
-    assert waiting_override.reverted_by == "ada"
+    assert waiting_override.reverted_by == "human:ada"
 
 
 def test_pages_render_the_csrf_token_into_htmx_headers(login):
@@ -425,8 +425,8 @@ def test_a_reviewer_clears_or_escalates_a_gaming_flag(login, queue, decision, st
     assertContains(response, f'id="flag-{flag.pk}"')
     flag.refresh_from_db()
     assert flag.status == status
-    assert flag.reviewed_by == "ada"
-    assert Event.objects.get(kind="gaming.flag_reviewed").actor == "ada"
+    assert flag.reviewed_by == "human:ada"
+    assert Event.objects.get(kind="gaming.flag_reviewed").actor == "human:ada"
 
 
 def test_a_flag_review_without_a_decision_is_refused_in_the_row(login, queue):
@@ -464,7 +464,7 @@ def test_an_admin_accepts_a_rubric_proposal_into_a_new_version(login, queue, ten
     assertContains(response, "rubric v2")
     proposal.refresh_from_db()
     assert proposal.status == RubricProposal.Status.ACCEPTED
-    assert proposal.decided_by == "root"
+    assert proposal.decided_by == "human:root"
     current = RubricVersion.objects.filter(tenant=tenant).order_by("-number").first()
     assert {c.name for c in current.criteria.all()} == {"Accuracy", "Sourcing"}
 
