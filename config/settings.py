@@ -16,6 +16,7 @@ import django_stubs_ext
 
 from config.embedded import EmbeddedLayout
 from config.env import (
+    ConfigError,
     env_bool,
     env_float,
     env_int,
@@ -203,8 +204,17 @@ API_DOCS_PATH = "/api/docs/"
 # Rate limits (config.ratelimit), counted in Redis; 0 switches a limit off.
 API_RATE_LIMIT = env_int("API_RATE_LIMIT", 1200)
 API_RATE_LIMIT_WINDOW_SECONDS = env_int("API_RATE_LIMIT_WINDOW_SECONDS", 60)
+# Failed sign-ins per username per window (0 switches sign-in limits off), and per client
+# address, past which that address may not retry the usernames that failed from it.
 LOGIN_RATE_LIMIT = env_int("LOGIN_RATE_LIMIT", 10)
+LOGIN_ADDRESS_RATE_LIMIT = env_int("LOGIN_ADDRESS_RATE_LIMIT", 100)
 LOGIN_RATE_LIMIT_WINDOW_SECONDS = env_int("LOGIN_RATE_LIMIT_WINDOW_SECONDS", 300)
+# How many reverse proxies of ours append the client's address to X-Forwarded-For in front of the
+# app; the sign-in limits then read the client from there (config.ratelimit.client_address).
+# 0: the header is ignored and REMOTE_ADDR is the client.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
+if TRUSTED_PROXY_COUNT < 0:
+    raise ConfigError(f"TRUSTED_PROXY_COUNT must be 0 or more, got {TRUSTED_PROXY_COUNT}")
 
 # --- API --------------------------------------------------------------------------------------
 # Bodies above this are refused with 413 before they are read.

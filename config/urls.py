@@ -6,7 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from config import views
-from config.ratelimit import RateLimitedLoginView
+from config.ratelimit import sign_in_limited
 from ledger.urls import api_urls as ledger_api
 from memory.content_urls import api_router as content_api
 from memory.kb_urls import api_router as kb_api
@@ -18,8 +18,10 @@ api_v1 = [*ledger_api, *memory_api.urls, *kb_api.urls, *trust_api, *content_api.
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
-    path("login/", RateLimitedLoginView.as_view(), name="login"),
+    # Both sign-in forms behind the same limits; the admin's own login URL is shadowed by this one.
+    path("login/", sign_in_limited(auth_views.LoginView.as_view()), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/login/", sign_in_limited(admin.site.login)),
     path("admin/", admin.site.urls),
     path("trust/", include("trust.web_urls")),
     path("memory/", include("memory.web_urls")),
