@@ -6,6 +6,8 @@ rows to the caller's tenant before any lookup, so an id from another tenant is s
 
 A POST with an ``Idempotency-Key`` runs in one transaction together with the key's record: the
 answer is stored only if the request succeeded, and a failed request leaves nothing behind.
+
+Which actions an agent-scoped key may take is ``agent_bound_actions`` (``ledger.permissions``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     read_role: str = Role.AGENT
     write_role: str = Role.ADMIN
     role_by_action: dict[str, str] = {}
+    # The actions that keep an agent-scoped key within its agent (its own rows and what the
+    # tenant shares with every agent); every other action is tenant-wide and refuses such a key.
+    agent_bound_actions: frozenset[str] = frozenset()
 
     _idempotency_record: IdempotencyRecord | None = None
 

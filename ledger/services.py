@@ -330,6 +330,15 @@ def api_key_create(
         raise ApiError(
             code="not_found", message="No such agent.", status_code=status.HTTP_404_NOT_FOUND
         )
+    if agent is not None and role == Role.ADMIN:
+        # Admin means managing the tenant, which a key acting as one agent never does (the
+        # database refuses such a row too: constraint api_key_admin_is_tenant_wide).
+        raise ApiError(
+            code="agent_scoped_admin_key",
+            message="An admin key is always tenant-wide: create it without an agent, or give "
+            f"the key for agent {agent.name!r} the role agent or reviewer.",
+            details={"role": role, "agent": agent.name},
+        )
     raw_key = API_KEY_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         api_key = ApiKey.objects.create(
