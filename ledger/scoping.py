@@ -4,8 +4,11 @@ Every API viewset derives from ``TenantScopedViewSet``. Its ``get_queryset`` nar
 rows to the caller's tenant before any lookup, so an id from another tenant is simply not found
 (404, exactly like an id that does not exist) and no view filters by tenant by hand.
 
-A POST with an ``Idempotency-Key`` runs in one transaction together with the key's record: the
-answer is stored only if the request succeeded, and a failed request leaves nothing behind.
+Every request runs in one transaction, committed only if the answer is not a server error: a
+request that answers 5xx, or raises, leaves none of its writes behind, whatever it wrote before it
+failed. A POST with an ``Idempotency-Key`` keeps the key's record in the same transaction: the
+answer is stored only if the request succeeded (2xx), and any other answer leaves nothing behind,
+not even the key, so a corrected retry runs.
 
 Which actions an agent-scoped key may take is ``agent_bound_actions`` (``ledger.permissions``).
 """
@@ -14,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseBase
+from django.template.response import SimpleTemplateResponse
 from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -62,15 +66,18 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
             context["principal"] = self.principal
         return context
 
-    # --- Idempotency-Key --------------------------------------------------------------------
+    # --- One transaction per request, and Idempotency-Key -------------------------------------
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if request.method != "POST" or idempotency.HEADER not in request.META:
-            return super().dispatch(request, *args, **kwargs)
         with transaction.atomic():
             response = super().dispatch(request, *args, **kwargs)
+            if isinstance(response, SimpleTemplateResponse):
+                # Rendered here, so a body that fails to render is a failure of this transaction.
+                response.render()
             record = self._idempotency_record
-            if record is not None:
+            if response.status_code >= 500:
+                transaction.set_rollback(True)
+            elif record is not None:
                 if isinstance(response, Response) and 200 <= response.status_code < 300:
                     idempotency.idempotency_complete(
                         record=record, status_code=response.status_code, body=response.data
@@ -99,4 +106,9 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
                 status=exc.record.status_code,
                 headers={"Idempotent-Replayed": "true"},
             )
+        if isinstance(exc, DatabaseError):
+            # The database refused a statement (answered 400 invalid_value, or 500): what the
+            # request wrote before is not known to be whole, and PostgreSQL may have aborted the
+            # transaction, so none of it is kept.
+            transaction.set_rollback(True)
         return super().handle_exception(exc)
