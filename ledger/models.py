@@ -256,6 +256,8 @@ class IdempotencyRecord(TenantOwned):
     first commits, then replays its answer.
     """
 
+    # The principal that sent the request: a replay is only ever for it (ledger.idempotency).
+    api_key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64, help_text="SHA-256 of method, path and body.")
     status_code = models.PositiveSmallIntegerField(null=True)
@@ -264,7 +266,7 @@ class IdempotencyRecord(TenantOwned):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_key_per_tenant")
+            models.UniqueConstraint(fields=["api_key", "key"], name="idempotency_key_per_api_key")
         ]
 
     def __str__(self) -> str:

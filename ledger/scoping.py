@@ -8,7 +8,8 @@ Every request runs in one transaction, committed only if the answer is not a ser
 request that answers 5xx, or raises, leaves none of its writes behind, whatever it wrote before it
 failed. A POST with an ``Idempotency-Key`` keeps the key's record in the same transaction: the
 answer is stored only if the request succeeded (2xx), and any other answer leaves nothing behind,
-not even the key, so a corrected retry runs.
+not even the key, so a corrected retry runs. Records belong to the API key that made the request:
+a replay is only ever for that key.
 
 Which actions an agent-scoped key may take is ``agent_bound_actions`` (``ledger.permissions``).
 """
@@ -92,7 +93,7 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
         key = request.META.get(idempotency.HEADER)
         if request.method == "POST" and key is not None:
             self._idempotency_record = idempotency.idempotency_claim(
-                tenant=self.tenant,
+                api_key=self.principal.api_key,
                 key=key,
                 fingerprint=idempotency.request_fingerprint(
                     method=request.method, path=request.get_full_path(), body=request.body

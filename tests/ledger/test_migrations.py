@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from ledger.models import ApiKey, Event, Role
+from ledger.models import ApiKey, Event, IdempotencyRecord, Role
 from ledger.selectors import event_chain_verify
 from ledger.services import agent_create, api_key_create, tenant_create
 from tests.ledger.test_chain import append_n
@@ -40,6 +40,12 @@ def test_agent_scoped_admin_keys_become_reviewer_keys_with_an_event(before_issue
     )
     ApiKey.objects.filter(pk=scoped_admin.pk).update(role=Role.ADMIN)
     tenant_admin, _ = api_key_create(tenant=tenant, name="t", role=Role.ADMIN, actor="x")
+    with connection.cursor() as cursor:  # a record of the old, tenant-wide shape
+        cursor.execute(
+            "INSERT INTO ledger_idempotencyrecord (tenant_id, key, fingerprint, created_at)"
+            " VALUES (%s, 'k', 'f', now())",
+            [tenant.pk],
+        )
     head = Event.objects.filter(tenant=tenant).order_by("-seq").first()
 
     migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
@@ -52,3 +58,4 @@ def test_agent_scoped_admin_keys_become_reviewer_keys_with_an_event(before_issue
     assert logged.payload["key_id"] == scoped_admin.pk
     assert (logged.payload["from"], logged.payload["to"]) == ("admin", "reviewer")
     assert event_chain_verify(tenant=tenant).ok
+    assert not IdempotencyRecord.objects.exists()
