@@ -96,12 +96,21 @@ class AgentAdmin(admin.ModelAdmin[Agent]):
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
     """Keys are created with the management command or the API (the secret is shown once there);
-    here they can be inspected and revoked."""
+    here they can be inspected and revoked. Whose key it is (tenant, agent) is fixed at creation;
+    an admin role on an agent-scoped key is refused by the model's constraint."""
 
     list_display = ["prefix", "name", "tenant", "role", "agent", "last_used_at", "revoked_at"]
     list_filter = ["tenant", "role"]
     search_fields = ["prefix", "name"]
-    readonly_fields = ["prefix", "key_hash", "created_at", "created_by", "last_used_at"]
+    readonly_fields = [
+        "tenant",
+        "agent",
+        "prefix",
+        "key_hash",
+        "created_at",
+        "created_by",
+        "last_used_at",
+    ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -65,8 +65,13 @@ class AgentViewSet(
 ):
     queryset = Agent.objects.all()
     serializer_class = AgentSerializer
+    # An agent-scoped key sees its own agent only (another agent's trust score and probation are
+    # not its business); registering, changing and deleting agents manage the tenant.
+    agent_bound_actions = frozenset({"list", "retrieve"})
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.principal.agent is not None:
+            queryset = queryset.filter(pk=self.principal.agent.pk)
         for param in ("name", "primary_role"):
             value = self.request.query_params.get(param)
             if value is not None:
@@ -116,6 +121,7 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
     serializer_class = ApiKeySerializer
     read_role = Role.ADMIN
     write_role = Role.ADMIN
+    agent_bound_actions: frozenset[str] = frozenset()  # keys are the tenant's to manage
 
     def create(self, request: Request) -> Response:
         serializer = self.get_serializer(data=request.data)
@@ -190,6 +196,9 @@ class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
     lookup_value_regex = r"\d+"
     write_role = Role.AGENT
     role_by_action = {"verify": Role.REVIEWER}
+    # Appends are made as the key's agent (EventAppendSerializer); verifying reads the whole
+    # tenant's chain.
+    agent_bound_actions = frozenset({"list", "retrieve", "create", "batch"})
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         agent = self.principal.agent
@@ -268,6 +277,7 @@ class RecallSettingsViewSet(TenantScopedViewSet):
 
     queryset = RecallSettings.objects.all()
     serializer_class = RecallSettingsSerializer
+    agent_bound_actions = frozenset({"retrieve"})  # the rules every agent is recalled by
 
     def retrieve(self, request: Request) -> Response:
         return Response(self.get_serializer(RecallSettings.for_tenant(self.tenant)).data)

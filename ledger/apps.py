@@ -17,6 +17,7 @@ class LedgerConfig(AppConfig):
             "membership.granted",
             "api_key.created",
             "api_key.revoked",
+            "api_key.role_changed",  # ledger/migrations/0009_api_key_admin_is_tenant_wide.py
             "recall_settings.updated",
         )
 

@@ -1,7 +1,11 @@
 """``Idempotency-Key`` on POST: a retried request returns the original answer and writes nothing.
 
-Keys are scoped to the tenant and kept for ``IDEMPOTENCY_RETENTION_HOURS``; a key reused with a
-different request (method, path or body) is refused with 422 rather than silently replayed.
+Keys belong to the API key that sent them (the principal) and are kept for
+``IDEMPOTENCY_RETENTION_HOURS``. A replay is only ever for that principal: the same key sent with
+another API key, even one of the same agent or a rotated one, is another request and runs afresh
+(neither replayed nor refused, so it learns nothing of the first). A key reused by its own
+principal with a different request (method, path or body) is refused with 422 rather than
+silently replayed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from rest_framework import status
 from rest_framework.utils import encoders
 
 from config.api import ApiError
-from ledger.models import IdempotencyRecord, Tenant
+from ledger.models import ApiKey, IdempotencyRecord
 
 HEADER = "HTTP_IDEMPOTENCY_KEY"
 MAX_KEY_LENGTH = 255
@@ -36,8 +40,8 @@ def request_fingerprint(*, method: str, path: str, body: bytes) -> str:
     return digest.hexdigest()
 
 
-def idempotency_claim(*, tenant: Tenant, key: str, fingerprint: str) -> IdempotencyRecord:
-    """Claim ``key`` for this request inside the caller's transaction.
+def idempotency_claim(*, api_key: ApiKey, key: str, fingerprint: str) -> IdempotencyRecord:
+    """Claim ``key`` for this request of ``api_key`` inside the caller's transaction.
 
     Returns the new, incomplete record when the request should run; raises ``IdempotentReplay``
     when an earlier request with the same key and body already completed.
@@ -49,11 +53,13 @@ def idempotency_claim(*, tenant: Tenant, key: str, fingerprint: str) -> Idempote
         )
     try:
         with transaction.atomic():
-            return IdempotencyRecord.objects.create(tenant=tenant, key=key, fingerprint=fingerprint)
+            return IdempotencyRecord.objects.create(
+                tenant_id=api_key.tenant_id, api_key=api_key, key=key, fingerprint=fingerprint
+            )
     except IntegrityError:
-        # Another request holds or held the key. The insert above waited for it to commit, so the
-        # row read here is complete.
-        existing = IdempotencyRecord.objects.get(tenant=tenant, key=key)
+        # Another request of this API key holds or held the key. The insert above waited for it
+        # to commit, so the row read here is complete.
+        existing = IdempotencyRecord.objects.get(api_key=api_key, key=key)
     if existing.fingerprint != fingerprint:
         raise ApiError(
             code="idempotency_key_reused",

@@ -58,6 +58,7 @@ class JobListSerializer(serializers.Serializer[Any]):
 
 class JobViewSet(TenantScopedViewSet):
     read_role = Role.ADMIN
+    agent_bound_actions: frozenset[str] = frozenset()  # how the service runs: not an agent's
     serializer_class = JobStatusSerializer
     pagination_class = None
 

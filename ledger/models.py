@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Func
 
@@ -107,7 +108,8 @@ class ApiKey(TenantOwned):
         null=True,
         blank=True,
         related_name="api_keys",
-        help_text="When set, the key acts as this agent and reads only its memories.",
+        help_text="When set, the key acts as this agent and never reaches beyond it (its role "
+        "is then agent or reviewer: admin keys are tenant-wide).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(
@@ -119,6 +121,19 @@ class ApiKey(TenantOwned):
     class Meta:
         ordering = ["id"]
         verbose_name = "API key"
+        constraints = [
+            # An admin key manages the tenant (agents, keys, rubric, settings), which no key
+            # that acts as one agent may do: admin keys are always tenant-wide.
+            models.CheckConstraint(
+                condition=models.Q(agent__isnull=True) | ~models.Q(role=Role.ADMIN),
+                name="api_key_admin_is_tenant_wide",
+                violation_error_code="agent_scoped_admin_key",
+                violation_error_message=(
+                    "An admin key is always tenant-wide: leave the agent empty, or give a key "
+                    "that acts as an agent the role agent or reviewer."
+                ),
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name})"
@@ -126,6 +141,18 @@ class ApiKey(TenantOwned):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+    def clean(self) -> None:
+        # The constraint below says the same, but forms skip a constraint on a field they do not
+        # edit (the admin shows ``agent`` read-only), so the rule is also checked here.
+        if self.agent_id is not None and self.role == Role.ADMIN:
+            raise ValidationError(
+                {
+                    "role": "An admin key is always tenant-wide; a key that acts as an agent is "
+                    "agent or reviewer."
+                },
+                code="agent_scoped_admin_key",
+            )
 
 
 class Membership(TenantOwned):
@@ -244,6 +271,8 @@ class IdempotencyRecord(TenantOwned):
     first commits, then replays its answer.
     """
 
+    # The principal that sent the request: a replay is only ever for it (ledger.idempotency).
+    api_key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64, help_text="SHA-256 of method, path and body.")
     status_code = models.PositiveSmallIntegerField(null=True)
@@ -252,7 +281,7 @@ class IdempotencyRecord(TenantOwned):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_key_per_tenant")
+            models.UniqueConstraint(fields=["api_key", "key"], name="idempotency_key_per_api_key")
         ]
 
     def __str__(self) -> str:

@@ -4,17 +4,24 @@ Every API viewset derives from ``TenantScopedViewSet``. Its ``get_queryset`` nar
 rows to the caller's tenant before any lookup, so an id from another tenant is simply not found
 (404, exactly like an id that does not exist) and no view filters by tenant by hand.
 
-A POST with an ``Idempotency-Key`` runs in one transaction together with the key's record: the
-answer is stored only if the request succeeded, and a failed request leaves nothing behind.
+Every request runs in one transaction, committed only if the answer is not a server error: a
+request that answers 5xx, or raises, leaves none of its writes behind, whatever it wrote before it
+failed. A POST with an ``Idempotency-Key`` keeps the key's record in the same transaction: the
+answer is stored only if the request succeeded (2xx), and any other answer leaves nothing behind,
+not even the key, so a corrected retry runs. Records belong to the API key that made the request:
+a replay is only ever for that key.
+
+Which actions an agent-scoped key may take is ``agent_bound_actions`` (``ledger.permissions``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseBase
+from django.template.response import SimpleTemplateResponse
 from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,6 +35,9 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     read_role: str = Role.AGENT
     write_role: str = Role.ADMIN
     role_by_action: dict[str, str] = {}
+    # The actions that keep an agent-scoped key within its agent (its own rows and what the
+    # tenant shares with every agent); every other action is tenant-wide and refuses such a key.
+    agent_bound_actions: frozenset[str] = frozenset()
 
     _idempotency_record: IdempotencyRecord | None = None
 
@@ -57,15 +67,18 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
             context["principal"] = self.principal
         return context
 
-    # --- Idempotency-Key --------------------------------------------------------------------
+    # --- One transaction per request, and Idempotency-Key -------------------------------------
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if request.method != "POST" or idempotency.HEADER not in request.META:
-            return super().dispatch(request, *args, **kwargs)
         with transaction.atomic():
             response = super().dispatch(request, *args, **kwargs)
+            if isinstance(response, SimpleTemplateResponse):
+                # Rendered here, so a body that fails to render is a failure of this transaction.
+                response.render()
             record = self._idempotency_record
-            if record is not None:
+            if response.status_code >= 500:
+                transaction.set_rollback(True)
+            elif record is not None:
                 if isinstance(response, Response) and 200 <= response.status_code < 300:
                     idempotency.idempotency_complete(
                         record=record, status_code=response.status_code, body=response.data
@@ -80,7 +93,7 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
         key = request.META.get(idempotency.HEADER)
         if request.method == "POST" and key is not None:
             self._idempotency_record = idempotency.idempotency_claim(
-                tenant=self.tenant,
+                api_key=self.principal.api_key,
                 key=key,
                 fingerprint=idempotency.request_fingerprint(
                     method=request.method, path=request.get_full_path(), body=request.body
@@ -94,4 +107,9 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
                 status=exc.record.status_code,
                 headers={"Idempotent-Replayed": "true"},
             )
+        if isinstance(exc, DatabaseError):
+            # The database refused a statement (answered 400 invalid_value, or 500): what the
+            # request wrote before is not known to be whole, and PostgreSQL may have aborted the
+            # transaction, so none of it is kept.
+            transaction.set_rollback(True)
         return super().handle_exception(exc)

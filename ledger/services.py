@@ -392,6 +392,15 @@ def api_key_create(
         raise ApiError(
             code="not_found", message="No such agent.", status_code=status.HTTP_404_NOT_FOUND
         )
+    if agent is not None and role == Role.ADMIN:
+        # Admin means managing the tenant, which a key acting as one agent never does (the
+        # database refuses such a row too: constraint api_key_admin_is_tenant_wide).
+        raise ApiError(
+            code="agent_scoped_admin_key",
+            message="An admin key is always tenant-wide: create it without an agent, or give "
+            f"the key for agent {agent.name!r} the role agent or reviewer.",
+            details={"role": role, "agent": agent.name},
+        )
     raw_key = API_KEY_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         api_key = ApiKey.objects.create(
@@ -441,9 +450,20 @@ def api_key_mark_used(*, api_key: ApiKey) -> None:
     cutoff = now - timedelta(seconds=settings.API_KEY_LAST_USED_RESOLUTION_SECONDS)
     if api_key.last_used_at is not None and api_key.last_used_at >= cutoff:
         return  # the row just read says so: no statement at all
-    ApiKey.objects.filter(pk=api_key.pk).filter(
-        Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
-    ).update(last_used_at=now)
+    with transaction.atomic():
+        # SKIP LOCKED: an API request runs in one transaction (ledger.scoping), so a concurrent
+        # request of the same key that is recording its use holds the row until it answers.
+        # It records the use for both; waiting for it would queue this request behind it.
+        # NO KEY: the lock an UPDATE takes anyway; a plain FOR UPDATE would also block the
+        # foreign-key checks of rows that reference the key until this request ends, and
+        # deadlock with a request that waits on this one.
+        unlocked = (
+            ApiKey.objects.filter(pk=api_key.pk)
+            .filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff))
+            .select_for_update(skip_locked=True, no_key=True)
+            .values("pk")
+        )
+        ApiKey.objects.filter(pk__in=unlocked).update(last_used_at=now)
 
 
 # --- Client appends ------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class AgentActionViewSet(TenantScopedViewSet):
 
     queryset = Agent.objects.all()
     write_role = Role.AGENT
+    agent_bound_actions = frozenset({"create"})
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.principal.agent is not None:
@@ -188,6 +189,9 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
     serializer_class = MemorySerializer
     pagination_class = NewestFirstCursorPagination
     write_role = Role.AGENT
+    agent_bound_actions = frozenset(
+        {"list", "retrieve", "create", "batch", "partial_update", "destroy", "search", "history"}
+    )
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.principal.agent is not None:

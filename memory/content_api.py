@@ -129,6 +129,7 @@ class ContentItemViewSet(TenantScopedViewSet):
     queryset = ContentItem.objects.select_related("agent").order_by("id")
     serializer_class = ContentItemSerializer
     write_role = Role.AGENT
+    agent_bound_actions = frozenset({"list", "retrieve", "create", "clear"})
     lookup_field = "key"
     lookup_url_kwarg = "id"
     pagination_class = None
@@ -234,6 +235,7 @@ class ContentActionResultViewSet(AgentActionViewSet):
 
 class ContentRunViewSet(TenantScopedViewSet):
     queryset = ContentItem.objects.all()
+    agent_bound_actions = frozenset({"retrieve"})
     lookup_url_kwarg = "id"
     # Run ids are the client's; anything but a slash may be in one.
     lookup_value_regex = "[^/]+"
@@ -268,6 +270,7 @@ class ContentSnapshotViewSet(TenantScopedViewSet):
     queryset = ContentSnapshot.objects.select_related("owner", "grantee").order_by("id")
     serializer_class = SnapshotSerializer
     write_role = Role.AGENT
+    agent_bound_actions = frozenset({"create", "retrieve", "restore"})
     lookup_field = "key"
     lookup_url_kwarg = "id"
 

@@ -87,6 +87,8 @@ class KnowledgeDocumentViewSet(
     read_role = Role.AGENT
     write_role = Role.REVIEWER
     role_by_action = {"destroy": Role.ADMIN}
+    # The knowledge base is the tenant's: every key reads it, writing it is tenant-wide.
+    agent_bound_actions = frozenset({"list", "retrieve", "chunks"})
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if not Role.allows(self.principal.role, Role.REVIEWER):
@@ -154,6 +156,7 @@ class KnowledgeSearchViewSet(TenantScopedViewSet):
 
     queryset = KnowledgeChunk.objects.all()
     write_role = Role.AGENT
+    agent_bound_actions = frozenset({"create"})
 
     @extend_schema(
         summary="Search the published knowledge base",

@@ -1,7 +1,8 @@
 """REST endpoints of the trust core: rounds, dissents, overrides, scores and interchange.
 
-Judgements about an agent (impact, overrides, finalising, reverts) need a tenant-wide key, so no
-agent grades itself; an agent-scoped key logs its own dissents and reads its own evidence.
+Judgements about an agent (impact, overrides, finalising, reverts) are tenant-wide actions, so no
+agent grades itself (``ledger.permissions``: 403 ``agent_scoped_key``); an agent-scoped key logs
+its own dissents and reads its own evidence.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from config.api import ApiError, CursorPagination
+from config.api import CursorPagination
 from ledger.api import IDEMPOTENCY_PARAMETER
-from ledger.auth import ApiPrincipal
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
 from memory.api import agent_for_caller
@@ -52,15 +52,6 @@ from trust.serializers import (
 )
 
 
-def tenant_wide_key_required(principal: ApiPrincipal, what: str) -> None:
-    if principal.agent is not None:
-        raise ApiError(
-            code="agent_scoped_key",
-            message=f"{what} needs a tenant-wide key: an agent does not judge its own work.",
-            status_code=status.HTTP_403_FORBIDDEN,
-        )
-
-
 class NewestFirst(CursorPagination):
     ordering = "-id"
 
@@ -71,6 +62,7 @@ class OwnEvidenceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
     pagination_class = NewestFirst
     lookup_value_regex = r"\d+"
     write_role = Role.AGENT
+    agent_bound_actions = frozenset({"list", "retrieve"})
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.principal.agent is not None:
@@ -117,6 +109,9 @@ class RoundViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
     pagination_class = NewestFirst
     lookup_value_regex = r"\d+"
     write_role = Role.AGENT
+    # Rounds are the team's, read by all; posting, finalising and revising one is the
+    # orchestrator's (a tenant-wide key).
+    agent_bound_actions = frozenset({"list", "retrieve"})
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if "round_id" in self.request.query_params:
@@ -124,7 +119,6 @@ class RoundViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
         return queryset
 
     def create(self, request: Request) -> Response:
-        tenant_wide_key_required(self.principal, "Posting a round")
         serializer = RoundPostSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         round_ = services.rounds_post(
@@ -135,7 +129,6 @@ class RoundViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
     @action(detail=True, methods=["post"])
     def finalize(self, request: Request, pk: str | None = None) -> Response:
         round_ = self.get_object()
-        tenant_wide_key_required(self.principal, "Finalising a round")
         serializer = RoundFinalizeSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         round_ = services.round_finalize(
@@ -148,7 +141,6 @@ class RoundViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
     @action(detail=True, methods=["post"])
     def versions(self, request: Request, pk: str | None = None) -> Response:
         round_ = self.get_object()
-        tenant_wide_key_required(self.principal, "Revising a round's output")
         serializer = RoundVersionSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         version = services.round_revise(
@@ -182,6 +174,7 @@ class RoundViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
 class DissentViewSet(OwnEvidenceViewSet):
     queryset = Dissent.objects.select_related("agent")
     serializer_class = DissentSerializer
+    agent_bound_actions = OwnEvidenceViewSet.agent_bound_actions | {"create"}
 
     def create(self, request: Request) -> Response:
         serializer = DissentLogSerializer(data=request.data)
@@ -194,7 +187,6 @@ class DissentViewSet(OwnEvidenceViewSet):
     @action(detail=True, methods=["post"])
     def impact(self, request: Request, pk: str | None = None) -> Response:
         dissent = self.get_object()
-        tenant_wide_key_required(self.principal, "Setting a dissent's impact")
         serializer = DissentImpactSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         dissent = services.dissent_set_impact(
@@ -229,7 +221,6 @@ class OverrideViewSet(OwnEvidenceViewSet):
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         agent = agent_for_caller(self.principal, data.pop("agent"))
-        tenant_wide_key_required(self.principal, "Logging an override")
         data.setdefault("decided_by", self.principal.actor)
         override = services.override_log(agent=agent, actor=self.principal.actor, **data)
         return Response(self.get_serializer(override).data, status=status.HTTP_201_CREATED)
@@ -237,7 +228,6 @@ class OverrideViewSet(OwnEvidenceViewSet):
     @action(detail=True, methods=["post"])
     def revert(self, request: Request, pk: str | None = None) -> Response:
         override = self.get_object()
-        tenant_wide_key_required(self.principal, "Reverting an override")
         serializer = OverrideRevertSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         override = services.override_revert(
@@ -289,6 +279,7 @@ class TrustViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
     serializer_class = TrustAgentSerializer
     lookup_value_regex = r"\d+"
     role_by_action = {"import_document": Role.ADMIN, "recompute": Role.ADMIN}
+    agent_bound_actions = frozenset({"list", "retrieve", "export"})
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.principal.agent is not None:
@@ -324,9 +315,11 @@ class TrustViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
         agent = interchange.agent_import(
             tenant=self.tenant, document=request.data, actor=self.principal.actor
         )
-        return Response(
-            self._summary(self.get_queryset().get(pk=agent.pk)), status=status.HTTP_201_CREATED
-        )
+        # Read through the tenant, not get_queryset(): the imported agent is not the caller's
+        # to look up by the caller's scope (a scoped re-read here once answered 500 after the
+        # import had committed).
+        imported = self.queryset.filter(tenant=self.tenant).get(pk=agent.pk)
+        return Response(self._summary(imported), status=status.HTTP_201_CREATED)
 
     @action(detail=False, methods=["post"])
     def recompute(self, request: Request) -> Response:

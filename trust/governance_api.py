@@ -62,6 +62,9 @@ def status_filtered(
 class DevilsAdvocateViewSet(TenantScopedViewSet):
     queryset = Agent.objects.all()
     write_role = Role.AGENT
+    # Tenant-wide: the pick is among other agents and answers with each candidate's trust weight,
+    # which an agent-scoped key may not read of another agent.
+    agent_bound_actions: frozenset[str] = frozenset()
 
     @extend_schema(
         summary="Pick the Devil's Advocate among candidate agents, weighted by trust",
@@ -86,6 +89,7 @@ class DevilsAdvocateViewSet(TenantScopedViewSet):
 class TrustMetricsViewSet(TenantScopedViewSet):
     queryset = Agent.objects.all()
     read_role = Role.REVIEWER
+    agent_bound_actions = frozenset({"retrieve"})  # an agent-scoped key: its own metrics only
 
     @extend_schema(
         summary="Dissent impact, regret and escalation usefulness per bucket of time",
@@ -144,6 +148,8 @@ class GamingFlagViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenant
     lookup_value_regex = r"\d+"
     read_role = Role.REVIEWER
     write_role = Role.REVIEWER
+    # Tenant-wide: flags are oversight of the agents, which no agent reviews (nor dismisses).
+    agent_bound_actions: frozenset[str] = frozenset()
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         params = self.request.query_params
@@ -173,6 +179,7 @@ class RubricViewSet(TenantScopedViewSet):
     serializer_class = RubricVersionSerializer
     read_role = Role.AGENT
     write_role = Role.ADMIN
+    agent_bound_actions = frozenset({"retrieve"})  # every agent dissents against the rubric
 
     @extend_schema(summary="The current rubric version with its criteria")
     def retrieve(self, request: Request) -> Response:
@@ -213,6 +220,7 @@ class RubricVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Ten
     lookup_field = "number"
     lookup_value_regex = r"\d+"
     pagination_class = None  # a rubric has a handful of versions; numbers are the cursor
+    agent_bound_actions = frozenset({"list", "retrieve"})
 
 
 @extend_schema_view(
@@ -246,6 +254,9 @@ class RubricProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Te
     lookup_value_regex = r"\d+"
     write_role = Role.AGENT
     role_by_action = {"accept": Role.ADMIN, "reject": Role.ADMIN}
+    # Tenant-wide: proposing speaks for whoever decided the override, deciding changes the
+    # rubric, and a proposal shows its proposer's trust (an agent's, it may be).
+    agent_bound_actions: frozenset[str] = frozenset()
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.action != "list":
@@ -254,13 +265,6 @@ class RubricProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Te
         return status_filtered(queryset, wanted, RubricProposal.Status.values)
 
     def create(self, request: Request) -> Response:
-        if self.principal.agent is not None:
-            # An agent key would be speaking for whoever decided the override.
-            raise ApiError(
-                code="agent_scoped_key",
-                message="Rubric changes are proposed with a tenant-wide key.",
-                status_code=status.HTTP_403_FORBIDDEN,
-            )
         serializer = RubricProposalCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

@@ -11,10 +11,17 @@ from ledger.services import idempotency_records_expire
 pytestmark = pytest.mark.django_db
 
 
-def test_stored_answers_expire_after_the_retention_and_twice_changes_nothing(tenant, settings):
+def test_stored_answers_expire_after_the_retention_and_twice_changes_nothing(
+    tenant, make_key, settings
+):
     settings.IDEMPOTENCY_RETENTION_HOURS = 24
-    old = IdempotencyRecord.objects.create(tenant=tenant, key="old", fingerprint="x")
-    fresh = IdempotencyRecord.objects.create(tenant=tenant, key="fresh", fingerprint="y")
+    api_key, _ = make_key(tenant)
+    old = IdempotencyRecord.objects.create(
+        tenant=tenant, api_key=api_key, key="old", fingerprint="x"
+    )
+    fresh = IdempotencyRecord.objects.create(
+        tenant=tenant, api_key=api_key, key="fresh", fingerprint="y"
+    )
     IdempotencyRecord.objects.filter(pk=old.pk).update(
         created_at=timezone.now() - timedelta(hours=25)
     )

@@ -269,14 +269,8 @@ def test_another_tenants_agent_named_in_a_body_is_not_found(endpoint, victim, ot
     assert response.json()["error"]["code"] == "not_found"
 
 
-@pytest.mark.parametrize("endpoint", AGENT_IN_BODY, ids=str)
-def test_an_agent_key_cannot_act_for_another_agent(endpoint, tenant, victim, make_agent, api_as):
-    other_agent = make_agent(tenant, name="Reviewer1")
-    client = api_as(tenant, role=Role.AGENT, agent=other_agent)
-
-    response = call(client, endpoint, victim)
-
-    assert response.status_code == 404
+# Agent-scoped keys against another agent's objects, ids, bodies and query parameters:
+# tests/ledger/test_agent_scoped_keys.py.
 
 
 MEMORY_DETAIL = [e for e in DETAIL_ENDPOINTS if e.target == "memory"]

@@ -157,7 +157,7 @@ def test_impact_is_set_once(creator, orchestrator, embedder_down):
 
 
 def test_an_agent_key_may_not_judge(tenant, creator, api_as, embedder_down):
-    client = api_as(tenant, role=Role.ADMIN, agent=creator)
+    client = api_as(tenant, role=Role.REVIEWER, agent=creator)  # the highest role it can hold
     dissent = dissent_log(agent=creator, text="t", actor="o")
     round_pk = Round.objects.create(tenant=tenant, round_id="r", created_at=dissent.created_at).pk
 

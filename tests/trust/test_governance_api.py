@@ -29,8 +29,8 @@ def team(tenant, make_agent):
 # --- Devil's Advocate ------------------------------------------------------------------------
 
 
-def test_an_agent_key_picks_the_devils_advocate(tenant, team, api_as):
-    client = api_as(tenant, role=Role.AGENT, agent=team["B"])
+def test_a_tenant_wide_agent_key_picks_the_devils_advocate(tenant, team, api_as):
+    client = api_as(tenant, role=Role.AGENT)
 
     response = client.post(
         "/api/v1/trust/devils-advocate/",
@@ -48,7 +48,19 @@ def test_an_agent_key_picks_the_devils_advocate(tenant, team, api_as):
         "fallback": False,
     }
     event = Event.objects.get(tenant=tenant, seq=body["event_seq"])
-    assert (event.kind, event.actor) == ("trust.devils_advocate_picked", "B")
+    assert event.kind == "trust.devils_advocate_picked"
+
+
+def test_an_agent_scoped_key_cannot_pick_the_devils_advocate(tenant, team, api_as):
+    # The answer carries every candidate's trust, which one agent may not read of another.
+    client = api_as(tenant, role=Role.REVIEWER, agent=team["B"])
+
+    response = client.post(
+        "/api/v1/trust/devils-advocate/", {"candidates": ["A", "B"], "seed": 1}, format="json"
+    )
+
+    assert (response.status_code, error_code(response)) == (403, "agent_scoped_key")
+    assert not Event.objects.filter(tenant=tenant, kind="trust.devils_advocate_picked").exists()
 
 
 def test_a_pick_without_a_seed_reports_the_one_drawn(tenant, team, api_as):
@@ -301,7 +313,7 @@ def test_a_proposal_is_rejected_once(tenant, trusted_override, api_as):
 
 
 def test_proposals_need_a_tenant_wide_key(tenant, team, trusted_override, api_as):
-    response = api_as(tenant, role=Role.ADMIN, agent=team["A"]).post(
+    response = api_as(tenant, role=Role.REVIEWER, agent=team["A"]).post(
         "/api/v1/rubric-proposals/",
         {"override": trusted_override.pk, "action": "add", "criterion": "Brevity"},
         format="json",

@@ -20,7 +20,9 @@ class Command(BaseCommand):
         parser.add_argument("--name", required=True, help="What the key is for, for people.")
         parser.add_argument("--role", required=True, choices=Role.values)
         parser.add_argument(
-            "--agent", help="Name of an agent in the tenant; the key then acts as that agent."
+            "--agent",
+            help="Name of an agent in the tenant; the key then acts as that agent only (role "
+            "agent or reviewer: an admin key is always tenant-wide).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
