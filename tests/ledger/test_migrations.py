@@ -13,7 +13,7 @@ from ledger.selectors import event_chain_verify
 from ledger.services import agent_create, api_key_create, tenant_create
 from tests.ledger.test_chain import append_n
 
-BEFORE_ADMIN_KEYS_WERE_TENANT_WIDE = [("ledger", "0008_job_schedules")]
+BEFORE_ADMIN_KEYS_WERE_TENANT_WIDE = [("ledger", "0009_agent_name_key")]
 
 
 def migrate(targets: list[tuple[str, str]]) -> None:
@@ -24,7 +24,7 @@ def migrate(targets: list[tuple[str, str]]) -> None:
 
 @pytest.fixture
 def before_issue_18(transactional_db: None) -> Iterator[None]:
-    """The database as it was before migration 0009, and back to the latest afterwards."""
+    """The database as it was before migration 0010, and back to the latest afterwards."""
     migrate(BEFORE_ADMIN_KEYS_WERE_TENANT_WIDE)
     yield
     migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

@@ -69,7 +69,7 @@ def agent_scoped_admin_keys_downgrade(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("ledger", "0008_job_schedules")]
+    dependencies = [("ledger", "0009_agent_name_key")]
 
     operations = [
         migrations.RunPython(agent_scoped_admin_keys_downgrade, migrations.RunPython.noop),

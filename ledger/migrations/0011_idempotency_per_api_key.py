@@ -19,7 +19,7 @@ def tenant_wide_records_drop(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("ledger", "0009_api_key_admin_is_tenant_wide")]
+    dependencies = [("ledger", "0010_api_key_admin_is_tenant_wide")]
 
     operations = [
         migrations.RunPython(tenant_wide_records_drop, migrations.RunPython.noop),
