@@ -192,7 +192,7 @@ def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
     depth = parts.depth
     if item.value.get("depth_score") is not None:
         depth = item.number("depth_score", low=0.0, high=MAX_DEPTH)
-    novelty = min(max(depth - parts.length - parts.citations, 0.0), 1.0)
+    novelty = max(depth - parts.length - parts.citations, 0.0)
     impact = item.flag("impact", nullable=True)
     return Dissent(
         tenant_id=agent.tenant_id,

@@ -127,6 +127,26 @@ def test_imported_dissents_keep_their_depth_and_citations(tenant, embedder_down)
     assert agent.rounds_participated == 24
 
 
+def test_the_novelty_an_imported_depth_implies_may_exceed_1(tenant, embedder_down):
+    document = {
+        "agent_name": "Veteran",
+        "dissent_history": [
+            {
+                "timestamp": "2025-02-14T16:20:00Z",
+                "dissent_text": "The decision ignores existing REST tooling.",
+                "rubric_citations": ["Accuracy"],
+                "depth_score": 1.9,
+            }
+        ],
+    }
+
+    agent = agent_import(tenant=tenant, document=document, actor="o")
+
+    dissent = Dissent.objects.get(agent=agent)
+    assert dissent.novelty == pytest.approx(1.9 - 6 / 50 - 0.2)
+    assert dissent.depth_score == 1.9
+
+
 @pytest.mark.parametrize(
     ("document", "path"),
     [
