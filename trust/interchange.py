@@ -2,14 +2,21 @@
 
 Export reads the tables; import writes the same rows through the same events the services
 write (so a rebuild reproduces them), keeping what the document recorded: dissents keep their
-depth and citations, overrides their regret and who reverted them, the score its history.
-Export, import elsewhere, export again gives the same document.
+depth, novelty and citations, overrides their regret and who reverted them when and why, the
+score its history. Export, import elsewhere, export again gives the same document
+(tests/trust/test_interchange.py compares every field of the rows, so a field the document
+forgets fails there).
+
+Beyond the design note's layout the document carries ``impact_set_at``, ``novelty`` and
+``novelty_known`` per dissent, ``reverted_at`` and ``revert_reason`` per override and
+``components`` per history entry; a document without them still imports.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,7 +36,7 @@ from ledger.services import (
 )
 from trust import selectors
 from trust.models import Dissent, DissentEmbedding, Override, TrustScoreChange
-from trust.scoring import MAX_DEPTH, PRIOR, dissent_depth, text_hash
+from trust.scoring import MAX_DEPTH, MAX_NOVELTY, PRIOR, Depth, dissent_depth, text_hash
 from trust.services import (
     EMBEDDING_BATCH,
     TEXT_MAX_CHARS,
@@ -38,6 +45,9 @@ from trust.services import (
     override_logged_payload,
     score_changed_payload,
 )
+
+# How far a recorded depth may be from the sum of its recorded parts: the float sum, twice.
+_DEPTH_TOLERANCE = 1e-9
 
 
 def _stamp(moment: datetime | None) -> str | None:
@@ -62,7 +72,10 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
                 "dissent_text": d.text,
                 "rubric_citations": list(d.rubric_citations),
                 "impact": d.impact,
+                "impact_set_at": _stamp(d.impact_set_at),
                 "depth_score": d.depth_score,
+                "novelty": d.novelty,
+                "novelty_known": d.novelty_known,
                 "feedback_incorporated": d.feedback_incorporated,
             }
             for d in dissents
@@ -78,12 +91,19 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
                 "regret": o.regret,
                 "auto_check_deadline": _stamp(o.auto_check_deadline),
                 "reverted_by": o.reverted_by or None,
+                "reverted_at": _stamp(o.reverted_at),
+                "revert_reason": o.revert_reason or None,
             }
             for o in overrides
         ],
         "trust_score": agent.trust_score,
         "trust_score_history": [
-            {"timestamp": _stamp(h["timestamp"]), "score": h["score"], "reason": h["reason"]}
+            {
+                "timestamp": _stamp(h["timestamp"]),
+                "score": h["score"],
+                "reason": h["reason"],
+                "components": h["components"],
+            }
             for h in selectors.trust_history(agent=agent)
         ],
         "long_term_stats": asdict(selectors.long_term_stats(agent=agent, now=moment)),
@@ -114,6 +134,9 @@ class _Reader:
 
     def _at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
+
+    def invalid(self, key: str, problem: str) -> ApiError:
+        return _invalid(self._at(key), problem)
 
     def text(self, key: str, *, default: str | None = None, limit: int = 200) -> str:
         value = self.value.get(key, default)
@@ -151,6 +174,14 @@ class _Reader:
             raise _invalid(self._at(key), f"must be a number from {low} to {high}")
         return float(value)
 
+    def choice(self, key: str, *, choices: Sequence[str], default: str) -> str:
+        value = self.value.get(key)
+        if value is None:
+            return default
+        if value not in choices:
+            raise _invalid(self._at(key), f"must be one of {', '.join(choices)}")
+        return str(value)
+
     def flag(self, key: str, *, nullable: bool) -> bool | None:
         value = self.value.get(key)
         if value is None and nullable:
@@ -180,20 +211,45 @@ class _Reader:
         return list(value)
 
 
+def _dissent_depth(item: _Reader, *, text: str, citations: int) -> tuple[Depth, bool]:
+    """The depth of an imported dissent, and whether its novelty is known.
+
+    The length and citation parts are always recomputed from the text. The novelty is the
+    one part that needs the vectors of the dissents before it, so it is taken as recorded; a
+    document of the design note's layout has only the total, and then the rest of the total is
+    the novelty (unknown to us, hence novelty_known false). A document without depths gets
+    length and citations only, as if the embedder had been down.
+    """
+    parts = dissent_depth(text=text, citations=citations, max_similarity=None)
+    recorded = None
+    if item.value.get("depth_score") is not None:
+        recorded = item.number("depth_score", low=0.0, high=MAX_DEPTH)
+    if item.value.get("novelty") is None:
+        total = parts.depth if recorded is None else recorded
+        novelty = max(total - parts.length - parts.citations, 0.0)
+        return replace(parts, novelty=novelty, depth=total), False
+    novelty = item.number("novelty", low=0.0, high=MAX_NOVELTY)
+    total = min(parts.length + parts.citations + novelty, MAX_DEPTH)
+    if recorded is not None and abs(recorded - total) > _DEPTH_TOLERANCE:
+        raise item.invalid(
+            "depth_score",
+            f"is not its parts' sum: length {parts.length} + citations {parts.citations} "
+            f"+ novelty {novelty}, capped at {MAX_DEPTH}, is {total}",
+        )
+    known = bool(item.flag("novelty_known", nullable=True))
+    return replace(parts, novelty=novelty, depth=total), known
+
+
 def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
     occurred = item.when("timestamp")
     assert occurred is not None
     text = item.body("dissent_text")
     citations = item.names("rubric_citations")
-    # The document keeps only the total: the length and citation parts are recomputed, the
-    # rest is the novelty it was logged with (unknown to us, hence novelty_known false). A
-    # document without depths gets length and citations only, as if the embedder had been down.
-    parts = dissent_depth(text=text, citations=len(citations), max_similarity=None)
-    depth = parts.depth
-    if item.value.get("depth_score") is not None:
-        depth = item.number("depth_score", low=0.0, high=MAX_DEPTH)
-    novelty = max(depth - parts.length - parts.citations, 0.0)
+    depth, novelty_known = _dissent_depth(item, text=text, citations=len(citations))
     impact = item.flag("impact", nullable=True)
+    impact_set_at = None
+    if impact is not None:
+        impact_set_at = item.when("impact_set_at", required=False) or occurred
     return Dissent(
         tenant_id=agent.tenant_id,
         agent=agent,
@@ -204,14 +260,14 @@ def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
         text=text,
         rubric_citations=citations,
         rubric_version=None,
-        length_score=parts.length,
-        citation_score=parts.citations,
-        novelty=novelty,
-        novelty_known=False,
-        depth_score=depth,
+        length_score=depth.length,
+        citation_score=depth.citations,
+        novelty=depth.novelty,
+        novelty_known=novelty_known,
+        depth_score=depth.depth,
         impact=impact,
         feedback_incorporated=item.flag("feedback_incorporated", nullable=True),
-        impact_set_at=occurred if impact is not None else None,
+        impact_set_at=impact_set_at,
         imported=True,
     )
 
@@ -228,7 +284,13 @@ def _override_row(item: _Reader, agent: Agent, now: datetime) -> Override:
     reverted_by = item.value.get("reverted_by")
     if reverted_by is not None:
         reverted_by = item.text("reverted_by")
-    reverted = regret or reverted_by is not None
+    reverted_at = item.when("reverted_at", required=False)
+    reverted = regret or reverted_by is not None or reverted_at is not None
+    reason = item.choice(
+        "revert_reason",
+        choices=Override.RevertReason.values,
+        default=Override.RevertReason.IMPORTED.value,
+    )
     return Override(
         tenant_id=agent.tenant_id,
         agent=agent,
@@ -244,8 +306,9 @@ def _override_row(item: _Reader, agent: Agent, now: datetime) -> Override:
         regret=regret,
         auto_check_deadline=deadline,
         reverted_by=reverted_by or "",
-        reverted_at=now if reverted else None,
-        revert_reason=Override.RevertReason.IMPORTED if reverted else "",
+        # A document without the time of the revert: the import is when we learnt of it.
+        reverted_at=(reverted_at or now) if reverted else None,
+        revert_reason=reason if reverted else "",
     )
 
 
@@ -261,7 +324,7 @@ def _history_rows(document: _Reader, agent: Agent) -> list[TrustScoreChange]:
                 at=at,
                 score=item.number("score", low=0.0, high=1.0),
                 reason=item.text("reason", limit=64),
-                components={},
+                components=item.mapping("components"),
             )
         )
     return rows
@@ -323,7 +386,6 @@ def agent_import(
             overrides=overrides,
             history=history,
             actor=actor,
-            now=moment,
         )
         if vectors is not None:
             DissentEmbedding.objects.bulk_create(
@@ -390,7 +452,6 @@ def _write_rows(
     overrides: list[Override],
     history: list[TrustScoreChange],
     actor: str,
-    now: datetime,
 ) -> list[EventDraft]:
     """Insert the rows and return their events, in the order a replay needs them."""
     Dissent.objects.bulk_create(dissents)
@@ -418,10 +479,12 @@ def _write_rows(
         EventDraft(kind="override.logged", actor=actor, payload=override_logged_payload(o))
         for o in overrides
     ]
-    reverted: dict[tuple[str, bool], list[int]] = {}
+    # One event per way of being reverted, as the services log a batch of reverts.
+    reverted: dict[tuple[str, bool, str, datetime], list[int]] = {}
     for o in overrides:
         if o.reverted_at is not None:
-            reverted.setdefault((o.reverted_by, o.regret), []).append(o.pk)
+            way = (o.reverted_by, o.regret, o.revert_reason, o.reverted_at)
+            reverted.setdefault(way, []).append(o.pk)
     drafts += [
         EventDraft(
             kind="override.reverted",
@@ -429,12 +492,12 @@ def _write_rows(
             payload={
                 "override_ids": ids,
                 "reverted_by": by,
-                "reason": Override.RevertReason.IMPORTED.value,
+                "reason": reason,
                 "regret": regret,
-                "at": now.isoformat(),
+                "at": at.isoformat(),
             },
         )
-        for (by, regret), ids in reverted.items()
+        for (by, regret, reason, at), ids in reverted.items()
     ]
     previous: float | None = None
     for change in history:
