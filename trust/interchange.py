@@ -3,9 +3,11 @@
 Export reads the tables; import writes the same rows through the same events the services
 write (so a rebuild reproduces them), keeping what the document recorded: dissents keep their
 depth, novelty and citations, overrides their regret and who reverted them when and why, the
-score its history. Export, import elsewhere, export again gives the same document
-(tests/trust/test_interchange.py compares every field of the rows, so a field the document
-forgets fails there).
+score its history. The score itself is evidence's to decide: an import computes it from the
+imported dissents and overrides with the scoring every other write uses, and the document's
+``trust_score`` is only recorded as what the document claimed. Export, import elsewhere,
+export again gives the same document (tests/trust/test_interchange.py compares every field of
+the rows, so a field the document forgets fails there).
 
 Beyond the design note's layout the document carries ``impact_set_at``, ``novelty`` and
 ``novelty_known`` per dissent, ``reverted_at`` and ``revert_reason`` per override and
@@ -31,7 +33,6 @@ from ledger.services import (
     EventDraft,
     agent_create,
     agent_update,
-    events_append,
     tenant_write_lock,
 )
 from trust import selectors
@@ -44,6 +45,7 @@ from trust.services import (
     embed_or_none,
     override_logged_payload,
     score_changed_payload,
+    trust_recompute,
 )
 
 # How far a recorded depth may be from the sum of its recorded parts: the float sum, twice.
@@ -347,7 +349,13 @@ def agent_import(
 ) -> Agent:
     """Bring one agent's document into the tenant: the agent (created if missing) and its
     dissents, overrides, score history and rounds. An agent that already has trust evidence is
-    refused (409 ``agent_has_trust_history``): two histories cannot be merged faithfully."""
+    refused (409 ``agent_has_trust_history``): two histories cannot be merged faithfully.
+
+    The agent's score starts where the imported history ends and is then recomputed from the
+    imported evidence (reason ``imported`` when that moves it). The document's ``trust_score``
+    is checked and recorded in ``trust.rounds_imported`` as ``trust_score_claimed``, never used:
+    a score that ignored 20 regretted overrides would otherwise stand until the next recompute.
+    """
     moment = now or timezone.now()
     reader = _Reader(document, "")
     fields = _agent_fields(reader)
@@ -359,8 +367,9 @@ def agent_import(
     dissents = [_dissent_row(i, draft_agent, moment) for i in reader.items("dissent_history")]
     overrides = [_override_row(i, draft_agent, moment) for i in reader.items("override_history")]
     history = _history_rows(reader, draft_agent)
-    last = history[-1].score if history else PRIOR
-    score = reader.number("trust_score", low=0.0, high=1.0, default=last)
+    claimed = None
+    if reader.value.get("trust_score") is not None:
+        claimed = reader.number("trust_score", low=0.0, high=1.0)
     vectors, model = None, ""
     if dissents:
         vectors, model = _embed_all([d.text for d in dissents])
@@ -373,12 +382,6 @@ def agent_import(
             override.agent = agent
         for change in history:
             change.agent = agent
-        if score != last:
-            history.append(
-                TrustScoreChange(
-                    tenant=tenant, agent=agent, at=moment, score=score, reason="imported"
-                )
-            )
         drafts = _write_rows(
             tenant=tenant,
             agent=agent,
@@ -394,17 +397,26 @@ def agent_import(
                 )
                 for d, v in zip(dissents, vectors, strict=True)
             )
-        agent.trust_score = score
+        # Where the history ends is where the agent stands (a rebuild replays it so); the
+        # recompute moves it from there if the evidence says otherwise.
+        agent.trust_score = history[-1].score if history else PRIOR
         agent.rounds_participated = rounds
         agent.save(update_fields=["trust_score", "rounds_participated"])
         drafts.append(
             EventDraft(
                 kind="trust.rounds_imported",
                 actor=actor,
-                payload={"agent_id": agent.pk, "rounds_participated": rounds},
+                payload={
+                    "agent_id": agent.pk,
+                    "rounds_participated": rounds,
+                    "trust_score_claimed": claimed,
+                },
             )
         )
-        events_append(tenant=tenant, drafts=drafts)
+        trust_recompute(
+            tenant=tenant, agent_ids=[agent.pk], reason="imported", now=moment, preceded_by=drafts
+        )
+    agent.refresh_from_db(fields=["trust_score"])
     return agent
 
 

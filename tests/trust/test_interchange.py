@@ -7,13 +7,16 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 
 from config.api import ApiError
 from ledger.models import Agent, Event
 from ledger.projections import projection_rebuild, registered_projections
+from trust import selectors
 from trust.interchange import agent_export, agent_import
 from trust.models import Dissent, Override, TrustScoreChange
+from trust.scoring import trust_score
 from trust.services import (
     dissent_log,
     dissent_set_impact,
@@ -22,6 +25,7 @@ from trust.services import (
     overrides_infer_regret,
     round_finalize,
     rounds_post,
+    trust_recompute,
 )
 
 pytestmark = pytest.mark.django_db
@@ -150,6 +154,87 @@ def test_a_round_trip_keeps_every_field_of_every_row(creator, other_tenant, cloc
     reverted = Override.objects.filter(agent=imported).exclude(reverted_at=None)
     assert {o.revert_reason for o in reverted} == {"marked", "inferred"}
     assert all(d.novelty_known for d in Dissent.objects.filter(agent=imported))
+
+
+def test_the_score_is_computed_from_the_imported_evidence_not_taken_from_the_document(
+    tenant, embedder_down, clock
+):
+    document = {
+        "agent_name": "Flatterer",
+        "override_history": [
+            {
+                "timestamp": (clock - timedelta(days=n + 1)).isoformat(),
+                "agent_output": f"output {n}",
+                "human_decision": f"decision {n}",
+                "regret": True,
+                "reverted_by": "system",
+            }
+            for n in range(20)
+        ],
+        "trust_score": 0.9,
+        "trust_score_history": [
+            {"timestamp": (clock - timedelta(days=30)).isoformat(), "score": 0.9, "reason": "x"}
+        ],
+        "rounds_participated": 30,
+    }
+
+    agent = agent_import(tenant=tenant, document=document, actor="o", now=clock)
+
+    evidence = selectors.trust_evidence(tenant=tenant, agent_ids=[agent.pk], now=clock)
+    expected = trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
+    # 20 regretted overrides: regret term 0, the rest at the prior, blended with m = 5.
+    assert agent.trust_score == expected.score == pytest.approx((5 * 0.6 + 20 * 0.42) / 25)
+    assert Agent.objects.get(pk=agent.pk).trust_score == agent.trust_score
+    assert trust_recompute(tenant=tenant, agent_ids=[agent.pk], reason="check", now=clock) == 0
+    last = TrustScoreChange.objects.filter(agent=agent).order_by("-id").first()
+    assert (last.reason, last.score) == ("imported", agent.trust_score)
+    imported = Event.objects.get(kind="trust.rounds_imported")
+    assert imported.payload["trust_score_claimed"] == 0.9
+    assert agent_export(agent=agent, now=clock)["trust_score"] == agent.trust_score
+
+
+def test_the_import_command_names_a_score_the_evidence_does_not_bear_out(
+    other_tenant, embedder_down, tmp_path
+):
+    document = {
+        "agent_name": "Flatterer",
+        "override_history": [
+            {
+                "timestamp": "2025-01-01T00:00:00Z",
+                "agent_output": "output",
+                "human_decision": "decision",
+                "regret": True,
+            }
+        ],
+        "trust_score": 0.9,
+    }
+    (tmp_path / "Flatterer.json").write_text(json.dumps(document))
+    out = StringIO()
+
+    call_command("trust_import", "--tenant", "globex", str(tmp_path), stdout=out)
+
+    score = Agent.objects.get(tenant=other_tenant, name="Flatterer").trust_score
+    assert f"imported Flatterer (trust {score}; the file said 0.9)" in out.getvalue()
+
+
+def test_an_imported_score_is_replayed_by_a_rebuild(tenant, embedder_down, clock):
+    document = {
+        "agent_name": "Flatterer",
+        "override_history": [
+            {
+                "timestamp": clock.isoformat(),
+                "agent_output": "output",
+                "human_decision": "decision",
+                "regret": True,
+            }
+        ],
+        "trust_score": 0.9,
+    }
+    agent = agent_import(tenant=tenant, document=document, actor="o", now=clock)
+    trust = next(p for p in registered_projections() if p.name == "trust")
+
+    assert projection_rebuild(projection=trust, tenant=tenant)
+    assert Agent.objects.get(pk=agent.pk).trust_score == agent.trust_score != 0.9
 
 
 def test_an_import_is_replayed_by_a_rebuild(creator, other_tenant, clock):
