@@ -3,6 +3,7 @@ sealed content can no longer be opened, and a rebuild from the ledger gives the 
 
 from __future__ import annotations
 
+import importlib
 from io import StringIO
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.apps import apps
 from django.core.management import call_command
 from django.db import connection, models
 
+from ledger import services
 from ledger.models import Agent, Event, Role
 from ledger.projections import registered_projections
 from memory.content_store import (
@@ -45,6 +47,8 @@ pytestmark = pytest.mark.django_db
 
 SECRET = "alpha's secret: the vault code is 4417"
 CONTENT = "alpha's page: the quarterly numbers nobody else may read"
+
+repair = importlib.import_module("memory.migrations.0013_shred_keys_of_deleted_agents")
 
 
 @pytest.fixture
@@ -214,3 +218,41 @@ def test_deleting_an_agent_removes_all_of_it_and_a_rebuild_agrees(tenant, alpha,
     assert Dissent.objects.filter(agent__name="beta").count() == 1
     assert Override.objects.filter(agent__name="beta").count() == 1
     check_and_rebuild(tenant)
+
+
+def test_the_repair_shreds_what_an_agent_deleted_the_old_way_left(tenant, alpha):
+    alpha_id = alpha.pk
+    sealed = sealed_payloads(alpha_id)
+    # What agent_delete did before issue 18: the event, then the bare cascade, keys left behind.
+    services.event_append(
+        tenant=tenant,
+        kind="agent.deleted",
+        actor="system",
+        payload={"agent_id": alpha_id, "name": "alpha"},
+    )
+    Agent.objects.filter(pk=alpha_id).delete()
+    keys = dict(MemoryKey.objects.values_list("memory_id", "key"))
+    opened = [unseal(key=keys[m], sealed=s)["content"] for m, s in sealed if m in keys]
+    assert SECRET in opened  # still readable from the ledger
+    # The replay already treats the old event as removing everything of the agent before it.
+    call_command("rebuild_projections", "--check", "--projection", "memories", stdout=StringIO())
+
+    with connection.cursor() as cursor:
+        cursor.execute(repair.SHRED_KEYS_OF_DELETED_AGENTS)
+
+    assert not MemoryKey.objects.filter(memory_id__in=[m for m, _ in sealed]).exists()
+    assert MemoryKey.objects.filter(tenant=tenant).count() == 1  # beta's
+    check_and_rebuild(tenant)
+
+
+def test_the_repair_leaves_the_keys_of_living_agents_and_of_drifted_rows(tenant, alpha):
+    # A memory row lost without any event is drift the rebuild restores: its key must stay.
+    Memory.objects.filter(agent=alpha, content=SECRET).delete()
+    keys = MemoryKey.objects.count()
+
+    with connection.cursor() as cursor:
+        cursor.execute(repair.SHRED_KEYS_OF_DELETED_AGENTS)
+
+    assert MemoryKey.objects.count() == keys
+    call_command("rebuild_projections", "--projection", "memories", stdout=StringIO())
+    assert Memory.objects.filter(agent=alpha, content=SECRET).exists()
