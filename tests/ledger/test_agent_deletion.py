@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 from django.apps import apps
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, models
+from django.test import Client
 
 from ledger import services
 from ledger.models import Agent, Event, Role
@@ -256,3 +258,24 @@ def test_the_repair_leaves_the_keys_of_living_agents_and_of_drifted_rows(tenant,
     assert MemoryKey.objects.count() == keys
     call_command("rebuild_projections", "--projection", "memories", stdout=StringIO())
     assert Memory.objects.filter(agent=alpha, content=SECRET).exists()
+
+
+@pytest.mark.parametrize("how", ["delete view", "bulk action"])
+def test_the_admin_deletes_an_agent_through_the_service(tenant, alpha, how):
+    admin = get_user_model().objects.create_superuser(username="root", password="pw-1234-long")
+    client = Client()
+    client.force_login(admin)
+
+    if how == "delete view":
+        answer = client.post(f"/admin/ledger/agent/{alpha.pk}/delete/", {"post": "yes"})
+    else:
+        answer = client.post(
+            "/admin/ledger/agent/",
+            {"action": "delete_selected", "_selected_action": [alpha.pk], "post": "yes"},
+        )
+
+    assert answer.status_code == 302
+    deleted = Event.objects.get(kind="agent.deleted")
+    assert (deleted.actor, deleted.payload["removed"]["memory.MemoryKey"]) == ("human:root", 2)
+    assert rows_pointing_at(alpha.pk) == {}
+    check_and_rebuild(tenant)
