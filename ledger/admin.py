@@ -4,6 +4,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from ledger.models import (
@@ -60,8 +61,9 @@ class AgentAdminForm(forms.ModelForm[Agent]):
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin[Agent]):
-    """Agents are created and changed through the agent services, so each change is a ledger
-    event (a rebuild of the agents projection would otherwise undo it) and passes the name rule."""
+    """Agents are created, changed and deleted through the agent services, so each change is a
+    ledger event (a rebuild of the agents projection would otherwise undo it) and passes the
+    name rule."""
 
     form = AgentAdminForm
     list_display = ["name", "tenant", "primary_role", "model", "trust_score", "probation_until"]
@@ -91,6 +93,18 @@ class AgentAdmin(admin.ModelAdmin[Agent]):
         else:
             saved = services.agent_create(tenant=obj.tenant, actor=actor, **fields)
         obj.pk, obj.name, obj.name_key = saved.pk, saved.name, saved.name_key
+
+    # A bare cascade would leave the memories' keys behind and the ledger without the
+    # agent.deleted a rebuild replays.
+    def delete_model(self, request: HttpRequest, obj: Agent) -> None:
+        self.delete_queryset(request, Agent.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        from ledger import services  # imported here, as in save_model
+
+        actor = services.actor_for_user(request.user)  # type: ignore[arg-type]
+        for agent in queryset.select_related("tenant"):
+            services.agent_delete(agent=agent, actor=actor)
 
 
 @admin.register(ApiKey)

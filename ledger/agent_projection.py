@@ -18,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.models import Agent, Event, Tenant
 from ledger.names import agent_name_key
+from ledger.projections import AGENT_DELETED
 
 
 def _parsed(value: str | None) -> datetime | None:
@@ -29,7 +30,7 @@ _FIELDS = ("name", "model", "primary_role", "probation_until")
 
 class AgentProjection:
     name = "agents"
-    owned_kinds = frozenset({"agent.registered", "agent.updated", "agent.deleted"})
+    owned_kinds = frozenset({"agent.registered", "agent.updated", AGENT_DELETED})
     indexes_all_kinds = False
 
     def __init__(self) -> None:
@@ -57,7 +58,7 @@ class AgentProjection:
                     if field == "probation_until":
                         value = _parsed(value)
                     self._replayed[agent_id][field] = value
-            elif event.kind == "agent.deleted":
+            elif event.kind == AGENT_DELETED:
                 self._replayed.pop(agent_id, None)
 
     def after_append(self, *, event_ids: Sequence[int]) -> None:

@@ -10,6 +10,13 @@ clients cannot append them through the API, or a replay would conjure rows no se
 
 A projection may also be *derived data* (a search index over event text). Those declare
 ``indexes_all_kinds`` and receive every appended event after commit via ``after_append``.
+
+Deleting an agent concerns every projection: ``ledger.services.agent_delete`` removes every row
+of the agent in every app and logs one ``agent.deleted``, and a rebuild replays that event into
+every projection, whatever kinds it owns, to remove there whatever of the agent came before it.
+What a deletion must do beyond the foreign keys' cascade (destroying the keys of the agent's
+sealed memories, which nothing links to the agent) the later apps register as agent deletion
+steps here, since the ledger may not import them.
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from ledger.models import Event, Tenant
+from ledger.models import Agent, Event, Tenant
 
 logger = logging.getLogger(__name__)
 
 _REPLAY_BATCH = 2000
+AGENT_DELETED = "agent.deleted"
 
 
 class Projection(Protocol):
@@ -37,7 +45,8 @@ class Projection(Protocol):
         """Prepare to replay the tenant's events from the start."""
 
     def apply(self, *, tenant: Tenant, events: Sequence[Event]) -> None:
-        """Replay events (in seq order) into the projection."""
+        """Replay events (in seq order) into the projection: the kinds it owns, and
+        ``agent.deleted``, whose replay removes every row of that agent the projection holds."""
 
     def finish(self, *, tenant: Tenant) -> None:
         """Called after the last batch: write whatever the replay accumulated."""
@@ -46,7 +55,14 @@ class Projection(Protocol):
         """Called after commit for newly appended events (derived indexes only)."""
 
 
+class AgentDeletionStep(Protocol):
+    def __call__(self, *, agent: Agent) -> dict[str, int]:
+        """Remove what of the agent its deletion's cascade would leave; rows removed by model
+        label, for the ``agent.deleted`` event."""
+
+
 _registry: dict[str, Projection] = {}
+_agent_deletion_steps: list[AgentDeletionStep] = []
 # Kinds the service writes that no projection replays (tenant.created, api_key.revoked, ...).
 _service_kinds: set[str] = set()
 
@@ -61,6 +77,15 @@ def projection_register(projection: Projection) -> None:
 
 def registered_projections() -> list[Projection]:
     return list(_registry.values())
+
+
+def agent_deletion_step_register(step: AgentDeletionStep) -> None:
+    if step not in _agent_deletion_steps:
+        _agent_deletion_steps.append(step)
+
+
+def agent_deletion_steps() -> list[AgentDeletionStep]:
+    return list(_agent_deletion_steps)
 
 
 def reserved_kinds() -> frozenset[str]:
@@ -88,7 +113,7 @@ def projection_rebuild(*, projection: Projection, tenant: Tenant) -> bool:
     """Replay the tenant's ledger into one projection. Returns True if nothing changed."""
     before = projection.snapshot(tenant=tenant)
     projection.reset(tenant=tenant)
-    kinds = None if projection.indexes_all_kinds else projection.owned_kinds
+    kinds = None if projection.indexes_all_kinds else projection.owned_kinds | {AGENT_DELETED}
     for batch in _events_in_order(tenant, kinds):
         projection.apply(tenant=tenant, events=batch)
     projection.finish(tenant=tenant)

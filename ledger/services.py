@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import secrets
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -46,7 +47,7 @@ from ledger.names import (
     name_normal_form,
 )
 from ledger.names import SYSTEM_ACTOR as SYSTEM_ACTOR  # the ledger's actors are imported from here
-from ledger.projections import projections_after_append
+from ledger.projections import AGENT_DELETED, agent_deletion_steps, projections_after_append
 
 API_KEY_PREFIX = "amk_"
 _VISIBLE_PREFIX_LENGTH = 12
@@ -356,14 +357,35 @@ def agent_update(*, agent: Agent, actor: str, changes: dict[str, Any]) -> Agent:
 
 
 def agent_delete(*, agent: Agent, actor: str) -> None:
+    """Delete an agent with everything that is its own, recorded by one ``agent.deleted``.
+
+    Every row that points at the agent goes with it (its memories, content items and snapshots,
+    dissents, overrides, score history, round seats, gaming flags, API keys: the foreign keys'
+    cascade), and so do the keys that open its memories' content sealed in the ledger, which the
+    memory app destroys in its deletion step (crypto-shredding, as a single memory's delete
+    does). The event counts what went per table (``removed``); a rebuild replays it into every
+    projection, which removes all of the agent's rows there, so the rebuilt tables equal these.
+    """
+    agent_id, name = agent.pk, agent.name
     with transaction.atomic():
+        # First, as every writer of the tenant's memories and trust rows takes it first.
+        tenant_write_lock(agent.tenant)
+        removed: Counter[str] = Counter()
+        for step in agent_deletion_steps():
+            removed.update(step(agent=agent))
+        _, cascaded = agent.delete()
+        removed.update(cascaded)
+        del removed[Agent._meta.label]
         event_append(
             tenant=agent.tenant,
-            kind="agent.deleted",
+            kind=AGENT_DELETED,
             actor=actor,
-            payload={"agent_id": agent.pk, "name": agent.name},
+            payload={
+                "agent_id": agent_id,
+                "name": name,
+                "removed": {label: n for label, n in sorted(removed.items()) if n},
+            },
         )
-        agent.delete()
 
 
 # --- API keys ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event, Tenant
+from ledger.projections import AGENT_DELETED
 from ledger.services import tenant_write_lock
 from memory.knowledge import (
     KB_EVENT_KINDS,
@@ -61,6 +62,9 @@ class KnowledgeProjection:
         self._replayed = {}
 
     def apply(self, *, tenant: Tenant, events: Sequence[Event]) -> None:
+        # The knowledge base is the tenant's: deleting an agent removes nothing of it (a skill
+        # naming the agent keeps the name in ``applies_to``).
+        events = [event for event in events if event.kind != AGENT_DELETED]
         ids = [int(event.payload["document_id"]) for event in events]
         keys = dict(
             KnowledgeKey.objects.filter(tenant=tenant, document_id__in=ids).values_list(

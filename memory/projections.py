@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event, Tenant
+from ledger.projections import AGENT_DELETED
 from ledger.services import tenant_write_lock
 from memory.models import EventEmbedding, Memory, MemoryKey
 from memory.sealing import unseal
@@ -67,8 +68,9 @@ class MemoryProjection:
     """The memories table, replayed from ``memory.*`` events.
 
     Content comes back by opening each event's sealed document with the memory's key; a memory
-    whose key was destroyed (a data-subject deletion) stays gone. Vectors are derived data and are
-    left for the embedding backfill to recompute.
+    whose key was destroyed (a data-subject deletion) stays gone. An ``agent.deleted`` removes
+    every memory of the agent replayed so far. Vectors are derived data and are left for the
+    embedding backfill to recompute.
     """
 
     name = "memories"
@@ -77,6 +79,8 @@ class MemoryProjection:
 
     def __init__(self) -> None:
         self._replayed: dict[int, dict[str, Any]] = {}
+        # The ids each agent stored, so a deletion costs its own memories, not the tenant's.
+        self._stored_by: dict[int, list[int]] = {}
 
     def snapshot(self, *, tenant: Tenant) -> list[tuple[Any, ...]]:
         return list(
@@ -85,6 +89,7 @@ class MemoryProjection:
 
     def reset(self, *, tenant: Tenant) -> None:
         self._replayed = {}
+        self._stored_by = {}
 
     def apply(self, *, tenant: Tenant, events: Sequence[Event]) -> None:
         ids = [int(e.payload["memory_id"]) for e in events if "memory_id" in e.payload]
@@ -97,6 +102,10 @@ class MemoryProjection:
             if event.kind in ("memory.archived", "memory.expired", "memory.retrieved"):
                 self._apply_batch(event)
                 continue
+            if event.kind == AGENT_DELETED:
+                for memory_id in self._stored_by.pop(int(event.payload["agent_id"]), []):
+                    self._replayed.pop(memory_id, None)
+                continue
             memory_id = int(event.payload["memory_id"])
             if event.kind == "memory.deleted":
                 self._replayed.pop(memory_id, None)
@@ -104,6 +113,7 @@ class MemoryProjection:
                 self._apply_update(self._replayed[memory_id], event, keys.get(memory_id))
             elif event.kind == "memory.stored" and memory_id in keys:
                 sealed = unseal(key=keys[memory_id], sealed=event.payload["sealed"])
+                self._stored_by.setdefault(int(event.payload["agent_id"]), []).append(memory_id)
                 self._replayed[memory_id] = {
                     "agent_id": event.payload["agent_id"],
                     "session_id": event.payload["session_id"],
@@ -173,6 +183,7 @@ class MemoryProjection:
             # BM25 statistics as they were.
             search_documents_refresh(list(self._replayed))
         self._replayed = {}
+        self._stored_by = {}
 
     def after_append(self, *, event_ids: Sequence[int]) -> None:
         """Memories are written by their services, not after the fact."""

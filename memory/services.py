@@ -294,6 +294,21 @@ def memory_delete(*, memory: Memory, actor: str, reason: str = "") -> None:
         search_documents_refresh_around([position])
 
 
+def agent_memory_keys_shred(*, agent: Agent) -> dict[str, int]:
+    """Destroy the keys of the agent's memories, as its deletion begins (registered with
+    ``ledger.projections`` as an agent deletion step).
+
+    A key is linked to its memory by id only, so the cascade that takes the memories would leave
+    the keys, and with them the content sealed in the ledger readable. The memories themselves
+    go with the agent.
+    """
+    shredded, _ = MemoryKey.objects.filter(
+        tenant_id=agent.tenant_id,
+        memory_id__in=Memory.objects.filter(agent=agent).values("pk"),
+    ).delete()
+    return {MemoryKey._meta.label: shredded}
+
+
 MEMORY_EDITABLE_FIELDS = frozenset(
     {"content", "memory_type", "importance", "tags", "metadata", "expires_at"}
 )

@@ -18,6 +18,9 @@ from rest_framework.test import APIClient
 from config import embedded
 from ledger import services
 from ledger.models import Agent, ApiKey, Role, Tenant
+from memory.embeddings import embedder_reset
+from memory.local_embedder import DIMENSIONS
+from tests.standins import StandIn, openai_standin
 
 _started_here: list[Callable[[embedded.EmbeddedLayout], None]] = []
 
@@ -146,3 +149,18 @@ def reviewer_client(tenant: Tenant, client_as: Callable[..., Client]) -> Client:
 @pytest.fixture
 def tenant_admin_client(tenant: Tenant, client_as: Callable[..., Client]) -> Client:
     return client_as(tenant, Role.ADMIN)
+
+
+@pytest.fixture
+def dissent_embedder(settings: Any) -> Iterator[StandIn]:
+    """The local stand-in embedder at the dimensions DissentEmbedding (and Memory) store: texts
+    sharing words are similar, so novelty is predictable."""
+    with openai_standin(dimensions=DIMENSIONS) as standin:
+        settings.EMBEDDING_BACKEND = "openai"
+        settings.EMBEDDING_URL = standin.url
+        settings.EMBEDDING_MODEL = "standin-embed"
+        settings.EMBEDDING_DIMENSIONS = DIMENSIONS
+        settings.EMBEDDING_API_KEY = "test-key"
+        embedder_reset()
+        yield standin
+    embedder_reset()

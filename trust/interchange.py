@@ -2,14 +2,23 @@
 
 Export reads the tables; import writes the same rows through the same events the services
 write (so a rebuild reproduces them), keeping what the document recorded: dissents keep their
-depth and citations, overrides their regret and who reverted them, the score its history.
-Export, import elsewhere, export again gives the same document.
+depth, novelty and citations, overrides their regret and who reverted them when and why, the
+score its history. The score itself is evidence's to decide: an import computes it from the
+imported dissents and overrides with the scoring every other write uses, and the document's
+``trust_score`` is only recorded as what the document claimed. Export, import elsewhere,
+export again gives the same document (tests/trust/test_interchange.py compares every field of
+the rows, so a field the document forgets fails there).
+
+Beyond the design note's layout the document carries ``impact_set_at``, ``novelty`` and
+``novelty_known`` per dissent, ``reverted_at`` and ``revert_reason`` per override and
+``components`` per history entry; a document without them still imports.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,12 +33,11 @@ from ledger.services import (
     EventDraft,
     agent_create,
     agent_update,
-    events_append,
     tenant_write_lock,
 )
 from trust import selectors
 from trust.models import Dissent, DissentEmbedding, Override, TrustScoreChange
-from trust.scoring import MAX_DEPTH, PRIOR, dissent_depth, text_hash
+from trust.scoring import MAX_DEPTH, MAX_NOVELTY, PRIOR, Depth, dissent_depth, text_hash
 from trust.services import (
     EMBEDDING_BATCH,
     TEXT_MAX_CHARS,
@@ -37,7 +45,11 @@ from trust.services import (
     embed_or_none,
     override_logged_payload,
     score_changed_payload,
+    trust_recompute,
 )
+
+# How far a recorded depth may be from the sum of its recorded parts: the float sum, twice.
+_DEPTH_TOLERANCE = 1e-9
 
 
 def _stamp(moment: datetime | None) -> str | None:
@@ -62,7 +74,10 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
                 "dissent_text": d.text,
                 "rubric_citations": list(d.rubric_citations),
                 "impact": d.impact,
+                "impact_set_at": _stamp(d.impact_set_at),
                 "depth_score": d.depth_score,
+                "novelty": d.novelty,
+                "novelty_known": d.novelty_known,
                 "feedback_incorporated": d.feedback_incorporated,
             }
             for d in dissents
@@ -78,12 +93,19 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
                 "regret": o.regret,
                 "auto_check_deadline": _stamp(o.auto_check_deadline),
                 "reverted_by": o.reverted_by or None,
+                "reverted_at": _stamp(o.reverted_at),
+                "revert_reason": o.revert_reason or None,
             }
             for o in overrides
         ],
         "trust_score": agent.trust_score,
         "trust_score_history": [
-            {"timestamp": _stamp(h["timestamp"]), "score": h["score"], "reason": h["reason"]}
+            {
+                "timestamp": _stamp(h["timestamp"]),
+                "score": h["score"],
+                "reason": h["reason"],
+                "components": h["components"],
+            }
             for h in selectors.trust_history(agent=agent)
         ],
         "long_term_stats": asdict(selectors.long_term_stats(agent=agent, now=moment)),
@@ -114,6 +136,9 @@ class _Reader:
 
     def _at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
+
+    def invalid(self, key: str, problem: str) -> ApiError:
+        return _invalid(self._at(key), problem)
 
     def text(self, key: str, *, default: str | None = None, limit: int = 200) -> str:
         value = self.value.get(key, default)
@@ -151,6 +176,14 @@ class _Reader:
             raise _invalid(self._at(key), f"must be a number from {low} to {high}")
         return float(value)
 
+    def choice(self, key: str, *, choices: Sequence[str], default: str) -> str:
+        value = self.value.get(key)
+        if value is None:
+            return default
+        if value not in choices:
+            raise _invalid(self._at(key), f"must be one of {', '.join(choices)}")
+        return str(value)
+
     def flag(self, key: str, *, nullable: bool) -> bool | None:
         value = self.value.get(key)
         if value is None and nullable:
@@ -180,20 +213,45 @@ class _Reader:
         return list(value)
 
 
+def _dissent_depth(item: _Reader, *, text: str, citations: int) -> tuple[Depth, bool]:
+    """The depth of an imported dissent, and whether its novelty is known.
+
+    The length and citation parts are always recomputed from the text. The novelty is the
+    one part that needs the vectors of the dissents before it, so it is taken as recorded; a
+    document of the design note's layout has only the total, and then the rest of the total is
+    the novelty (unknown to us, hence novelty_known false). A document without depths gets
+    length and citations only, as if the embedder had been down.
+    """
+    parts = dissent_depth(text=text, citations=citations, max_similarity=None)
+    recorded = None
+    if item.value.get("depth_score") is not None:
+        recorded = item.number("depth_score", low=0.0, high=MAX_DEPTH)
+    if item.value.get("novelty") is None:
+        total = parts.depth if recorded is None else recorded
+        novelty = max(total - parts.length - parts.citations, 0.0)
+        return replace(parts, novelty=novelty, depth=total), False
+    novelty = item.number("novelty", low=0.0, high=MAX_NOVELTY)
+    total = min(parts.length + parts.citations + novelty, MAX_DEPTH)
+    if recorded is not None and abs(recorded - total) > _DEPTH_TOLERANCE:
+        raise item.invalid(
+            "depth_score",
+            f"is not its parts' sum: length {parts.length} + citations {parts.citations} "
+            f"+ novelty {novelty}, capped at {MAX_DEPTH}, is {total}",
+        )
+    known = bool(item.flag("novelty_known", nullable=True))
+    return replace(parts, novelty=novelty, depth=total), known
+
+
 def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
     occurred = item.when("timestamp")
     assert occurred is not None
     text = item.body("dissent_text")
     citations = item.names("rubric_citations")
-    # The document keeps only the total: the length and citation parts are recomputed, the
-    # rest is the novelty it was logged with (unknown to us, hence novelty_known false). A
-    # document without depths gets length and citations only, as if the embedder had been down.
-    parts = dissent_depth(text=text, citations=len(citations), max_similarity=None)
-    depth = parts.depth
-    if item.value.get("depth_score") is not None:
-        depth = item.number("depth_score", low=0.0, high=MAX_DEPTH)
-    novelty = min(max(depth - parts.length - parts.citations, 0.0), 1.0)
+    depth, novelty_known = _dissent_depth(item, text=text, citations=len(citations))
     impact = item.flag("impact", nullable=True)
+    impact_set_at = None
+    if impact is not None:
+        impact_set_at = item.when("impact_set_at", required=False) or occurred
     return Dissent(
         tenant_id=agent.tenant_id,
         agent=agent,
@@ -204,14 +262,14 @@ def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
         text=text,
         rubric_citations=citations,
         rubric_version=None,
-        length_score=parts.length,
-        citation_score=parts.citations,
-        novelty=novelty,
-        novelty_known=False,
-        depth_score=depth,
+        length_score=depth.length,
+        citation_score=depth.citations,
+        novelty=depth.novelty,
+        novelty_known=novelty_known,
+        depth_score=depth.depth,
         impact=impact,
         feedback_incorporated=item.flag("feedback_incorporated", nullable=True),
-        impact_set_at=occurred if impact is not None else None,
+        impact_set_at=impact_set_at,
         imported=True,
     )
 
@@ -228,7 +286,13 @@ def _override_row(item: _Reader, agent: Agent, now: datetime) -> Override:
     reverted_by = item.value.get("reverted_by")
     if reverted_by is not None:
         reverted_by = item.text("reverted_by")
-    reverted = regret or reverted_by is not None
+    reverted_at = item.when("reverted_at", required=False)
+    reverted = regret or reverted_by is not None or reverted_at is not None
+    reason = item.choice(
+        "revert_reason",
+        choices=Override.RevertReason.values,
+        default=Override.RevertReason.IMPORTED.value,
+    )
     return Override(
         tenant_id=agent.tenant_id,
         agent=agent,
@@ -244,8 +308,9 @@ def _override_row(item: _Reader, agent: Agent, now: datetime) -> Override:
         regret=regret,
         auto_check_deadline=deadline,
         reverted_by=reverted_by or "",
-        reverted_at=now if reverted else None,
-        revert_reason=Override.RevertReason.IMPORTED if reverted else "",
+        # A document without the time of the revert: the import is when we learnt of it.
+        reverted_at=(reverted_at or now) if reverted else None,
+        revert_reason=reason if reverted else "",
     )
 
 
@@ -261,7 +326,7 @@ def _history_rows(document: _Reader, agent: Agent) -> list[TrustScoreChange]:
                 at=at,
                 score=item.number("score", low=0.0, high=1.0),
                 reason=item.text("reason", limit=64),
-                components={},
+                components=item.mapping("components"),
             )
         )
     return rows
@@ -284,7 +349,13 @@ def agent_import(
 ) -> Agent:
     """Bring one agent's document into the tenant: the agent (created if missing) and its
     dissents, overrides, score history and rounds. An agent that already has trust evidence is
-    refused (409 ``agent_has_trust_history``): two histories cannot be merged faithfully."""
+    refused (409 ``agent_has_trust_history``): two histories cannot be merged faithfully.
+
+    The agent's score starts where the imported history ends and is then recomputed from the
+    imported evidence (reason ``imported`` when that moves it). The document's ``trust_score``
+    is checked and recorded in ``trust.rounds_imported`` as ``trust_score_claimed``, never used:
+    a score that ignored 20 regretted overrides would otherwise stand until the next recompute.
+    """
     moment = now or timezone.now()
     reader = _Reader(document, "")
     fields = _agent_fields(reader)
@@ -296,8 +367,9 @@ def agent_import(
     dissents = [_dissent_row(i, draft_agent, moment) for i in reader.items("dissent_history")]
     overrides = [_override_row(i, draft_agent, moment) for i in reader.items("override_history")]
     history = _history_rows(reader, draft_agent)
-    last = history[-1].score if history else PRIOR
-    score = reader.number("trust_score", low=0.0, high=1.0, default=last)
+    claimed = None
+    if reader.value.get("trust_score") is not None:
+        claimed = reader.number("trust_score", low=0.0, high=1.0)
     vectors, model = None, ""
     if dissents:
         vectors, model = _embed_all([d.text for d in dissents])
@@ -310,12 +382,6 @@ def agent_import(
             override.agent = agent
         for change in history:
             change.agent = agent
-        if score != last:
-            history.append(
-                TrustScoreChange(
-                    tenant=tenant, agent=agent, at=moment, score=score, reason="imported"
-                )
-            )
         drafts = _write_rows(
             tenant=tenant,
             agent=agent,
@@ -323,7 +389,6 @@ def agent_import(
             overrides=overrides,
             history=history,
             actor=actor,
-            now=moment,
         )
         if vectors is not None:
             DissentEmbedding.objects.bulk_create(
@@ -332,17 +397,26 @@ def agent_import(
                 )
                 for d, v in zip(dissents, vectors, strict=True)
             )
-        agent.trust_score = score
+        # Where the history ends is where the agent stands (a rebuild replays it so); the
+        # recompute moves it from there if the evidence says otherwise.
+        agent.trust_score = history[-1].score if history else PRIOR
         agent.rounds_participated = rounds
         agent.save(update_fields=["trust_score", "rounds_participated"])
         drafts.append(
             EventDraft(
                 kind="trust.rounds_imported",
                 actor=actor,
-                payload={"agent_id": agent.pk, "rounds_participated": rounds},
+                payload={
+                    "agent_id": agent.pk,
+                    "rounds_participated": rounds,
+                    "trust_score_claimed": claimed,
+                },
             )
         )
-        events_append(tenant=tenant, drafts=drafts)
+        trust_recompute(
+            tenant=tenant, agent_ids=[agent.pk], reason="imported", now=moment, preceded_by=drafts
+        )
+    agent.refresh_from_db(fields=["trust_score"])
     return agent
 
 
@@ -390,7 +464,6 @@ def _write_rows(
     overrides: list[Override],
     history: list[TrustScoreChange],
     actor: str,
-    now: datetime,
 ) -> list[EventDraft]:
     """Insert the rows and return their events, in the order a replay needs them."""
     Dissent.objects.bulk_create(dissents)
@@ -418,10 +491,12 @@ def _write_rows(
         EventDraft(kind="override.logged", actor=actor, payload=override_logged_payload(o))
         for o in overrides
     ]
-    reverted: dict[tuple[str, bool], list[int]] = {}
+    # One event per way of being reverted, as the services log a batch of reverts.
+    reverted: dict[tuple[str, bool, str, datetime], list[int]] = {}
     for o in overrides:
         if o.reverted_at is not None:
-            reverted.setdefault((o.reverted_by, o.regret), []).append(o.pk)
+            way = (o.reverted_by, o.regret, o.revert_reason, o.reverted_at)
+            reverted.setdefault(way, []).append(o.pk)
     drafts += [
         EventDraft(
             kind="override.reverted",
@@ -429,12 +504,12 @@ def _write_rows(
             payload={
                 "override_ids": ids,
                 "reverted_by": by,
-                "reason": Override.RevertReason.IMPORTED.value,
+                "reason": reason,
                 "regret": regret,
-                "at": now.isoformat(),
+                "at": at.isoformat(),
             },
         )
-        for (by, regret), ids in reverted.items()
+        for (by, regret, reason, at), ids in reverted.items()
     ]
     previous: float | None = None
     for change in history:

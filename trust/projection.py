@@ -4,8 +4,11 @@ A rebuild deletes the tenant's rounds, dissents, overrides and score history and
 events batch by batch: rows first seen in a batch are bulk-inserted with their ids, changes to
 rows of earlier batches are fetched, applied and bulk-updated, so memory stays bounded by the
 batch and a million-event ledger replays in one pass. Only the agents' trust fields are kept in
-memory to the end (a tenant has thousands of agents, not millions). ``DissentEmbedding`` rows are
-derived data that the embedder made, so a rebuild never touches them.
+memory to the end (a tenant has thousands of agents, not millions). Only the rows of agents
+that exist are replayed: the agents projection, rebuilt first, has replayed every
+``agent.deleted``, so a deleted agent's dissents, overrides, score history and round seats stay
+gone as its deletion left them. ``DissentEmbedding`` rows are derived data that the embedder
+made, so a rebuild never touches them.
 """
 
 from __future__ import annotations
@@ -380,6 +383,11 @@ class TrustProjection:
             )
         )
         self._scores[agent_id] = float(p["score"])
+
+    def _agent_deleted(
+        self, tenant: Tenant, batch: _Batch, event: Event, p: dict[str, Any]
+    ) -> None:
+        """Nothing to undo: the agent is not among those whose rows are replayed (reset)."""
 
     def _trust_rounds_imported(
         self, tenant: Tenant, batch: _Batch, event: Event, p: dict[str, Any]

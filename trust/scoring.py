@@ -15,6 +15,7 @@ from typing import Any
 
 PRIOR = 0.6  # a new agent's score, and the value of a term that has no events yet
 MAX_DEPTH = 2.0
+MAX_NOVELTY = 2.0  # 1 - a cosine of -1
 WORDS_FOR_FULL_LENGTH = 50
 CITATION_BONUS = 0.2
 MAX_CITATION_BONUS = 0.5
@@ -46,12 +47,17 @@ def dissent_depth(*, text: str, citations: int, max_similarity: float | None) ->
     """Depth = min(words/50, 1) + min(0.2·citations, 0.5) + novelty, capped at 2.0.
 
     ``max_similarity`` is the highest cosine similarity to the agent's previous dissents, None
-    when it has none (novelty 0, as the design note has it). Novelty is clamped to [0, 1]: a
-    negative cosine is no more novel than an unrelated text.
+    when it has none (novelty 0, as the design note has it). Novelty is the design note's
+    1 - max cosine, so it runs from 0 (a repeat) to 2 (the opposite of everything the agent
+    said before); only the total is capped. The similarity is held to a cosine's range [-1, 1]
+    first: computed in floating point it can overshoot 1 by an ulp, which would make a repeat
+    a hair less than no novelty.
     """
     length = min(len(text.split()) / WORDS_FOR_FULL_LENGTH, 1.0)
     citation_score = min(CITATION_BONUS * citations, MAX_CITATION_BONUS)
-    novelty = 0.0 if max_similarity is None else min(max(1.0 - max_similarity, 0.0), 1.0)
+    novelty = 0.0
+    if max_similarity is not None:
+        novelty = 1.0 - min(max(max_similarity, -1.0), 1.0)
     return Depth(
         length=length,
         citations=citation_score,

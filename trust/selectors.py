@@ -213,12 +213,13 @@ def trust_history(*, agent: Agent) -> list[dict[str, Any]]:
     The initial entry is the agent's registration unless an import brought its own history.
     """
     changes = [
-        {"timestamp": c.at, "score": c.score, "reason": c.reason}
+        {"timestamp": c.at, "score": c.score, "reason": c.reason, "components": c.components}
         for c in TrustScoreChange.objects.filter(agent=agent).order_by("at", "id")
     ]
     if changes and changes[0]["reason"] == "initial":
         return changes
-    return [{"timestamp": agent.created_at, "score": PRIOR, "reason": "initial"}, *changes]
+    initial = {"timestamp": agent.created_at, "score": PRIOR, "reason": "initial", "components": {}}
+    return [initial, *changes]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,36 @@ CRITERIA: list[types.RubricCriterionRequest] = [
 ]
 
 
+def track_record(name: str, *, landed: bool) -> dict:
+    """A document whose evidence earns its score: 20 deep dissents that all changed the output
+    (trust about 0.82), or 20 that never did beside 20 regretted overrides (about 0.26). An
+    import computes the score; a ``trust_score`` in the document would be ignored."""
+    return {
+        "agent_name": name,
+        "dissent_history": [
+            {
+                "timestamp": f"2025-01-{n + 1:02d}T09:00:00Z",
+                "dissent_text": f"Point {n}: the draft misses a case.",
+                "impact": landed,
+                "depth_score": 2.0 if landed else 0.2,
+            }
+            for n in range(20)
+        ],
+        "override_history": []
+        if landed
+        else [
+            {
+                "timestamp": f"2025-01-{n + 1:02d}T10:00:00Z",
+                "agent_output": f"output {n}",
+                "human_decision": f"decision {n}",
+                "regret": True,
+            }
+            for n in range(20)
+        ],
+        "rounds_participated": 10,
+    }
+
+
 @pytest.fixture
 def reviewer(tenant_keys) -> Client:
     return tenant_keys.client(tenant_keys.reviewer)
@@ -81,8 +111,10 @@ def test_it_reads_recomputes_exports_and_imports_trust(admin: Client, reviewer: 
 
 
 def test_it_picks_a_devils_advocate_by_trust(admin: Client):
-    for name, trust in (("Veteran", 0.9), ("Novice", 0.3)):
-        admin.trust_import({"agent_name": name, "trust_score": trust, "rounds_participated": 10})
+    veteran = admin.trust_import(track_record("Veteran", landed=True))
+    novice = admin.trust_import(track_record("Novice", landed=False))
+    assert veteran["trust_score"] > 0.8
+    assert novice["trust_score"] < 0.3
     pick = admin.trust_devils_advocate(candidates=["Veteran", "Novice"], seed=7)
     assert pick["picked"] in ("Veteran", "Novice")
     assert pick["seed"] == 7
@@ -119,7 +151,7 @@ def test_it_flags_narrowed_citations_and_a_reviewer_settles_the_flag(
 def test_it_versions_the_rubric_and_decides_proposals(admin: Client, reviewer: Client):
     first = admin.rubric_create(criteria=CRITERIA, note="v1")
     assert admin.rubric_get()["version"] == first["version"]
-    admin.trust_import({"agent_name": "Lead", "trust_score": 0.9, "rounds_participated": 10})
+    admin.trust_import(track_record("Lead", landed=True))
     admin.agents_create(name="Writer")
     override = admin.overrides_create(
         agent="Writer", agent_output="a", human_decision="b", decided_by="Lead"
@@ -152,4 +184,4 @@ def test_it_versions_the_rubric_and_decides_proposals(admin: Client, reviewer: C
     with pytest.raises(PermissionDeniedError) as caught:
         admin.rubric_proposals_create(override=low["id"], action="add", criterion="speed")
     assert caught.value.code == "decision_maker_not_trusted"
-    assert Dissent.objects.count() == 0
+    assert Dissent.objects.filter(imported=False).count() == 0  # Lead's record was imported

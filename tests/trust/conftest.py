@@ -7,23 +7,6 @@ from typing import Any
 import pytest
 
 from memory.embeddings import embedder_reset
-from memory.local_embedder import DIMENSIONS
-from tests.standins import StandIn, openai_standin
-
-
-@pytest.fixture
-def dissent_embedder(settings: Any) -> Iterator[StandIn]:
-    """The local stand-in embedder at the dimensions DissentEmbedding stores (texts sharing
-    words are similar, so novelty is predictable)."""
-    with openai_standin(dimensions=DIMENSIONS) as standin:
-        settings.EMBEDDING_BACKEND = "openai"
-        settings.EMBEDDING_URL = standin.url
-        settings.EMBEDDING_MODEL = "standin-embed"
-        settings.EMBEDDING_DIMENSIONS = DIMENSIONS
-        settings.EMBEDDING_API_KEY = "test-key"
-        embedder_reset()
-        yield standin
-    embedder_reset()
 
 
 @pytest.fixture

@@ -7,13 +7,16 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 
 from config.api import ApiError
 from ledger.models import Agent, Event
 from ledger.projections import projection_rebuild, registered_projections
+from trust import selectors
 from trust.interchange import agent_export, agent_import
 from trust.models import Dissent, Override, TrustScoreChange
+from trust.scoring import trust_score
 from trust.services import (
     dissent_log,
     dissent_set_impact,
@@ -22,6 +25,7 @@ from trust.services import (
     overrides_infer_regret,
     round_finalize,
     rounds_post,
+    trust_recompute,
 )
 
 pytestmark = pytest.mark.django_db
@@ -88,6 +92,151 @@ def test_export_import_export_gives_the_same_document(creator, other_tenant, clo
     assert imported.trust_score == creator.trust_score != 0.6
 
 
+# Fields an import cannot or should not carry over, with why. Every other field of these models
+# must come back equal from export -> import, so a field added later that the document forgets
+# fails the round trip below.
+NOT_CARRIED = {
+    Agent: {
+        "id": "the importing tenant's own",
+        "tenant": "the importing tenant's own",
+        "created_at": "when the agent was registered here",
+    },
+    Dissent: {
+        "id": "the importing tenant's own",
+        "tenant": "the importing tenant's own",
+        "agent": "the imported agent",
+        "created_at": "when the row was written here: the import",
+        "imported": "marks the rows an import wrote",
+        "rubric_version": "the exporting tenant's rubric numbering means nothing here",
+    },
+    Override: {
+        "id": "the importing tenant's own",
+        "tenant": "the importing tenant's own",
+        "agent": "the imported agent",
+        "created_at": "when the row was written here: the import",
+    },
+    TrustScoreChange: {
+        "id": "the importing tenant's own",
+        "tenant": "the importing tenant's own",
+        "agent": "the imported agent",
+    },
+}
+
+
+def carried_fields(model):
+    names = [field.name for field in model._meta.concrete_fields]
+    assert set(NOT_CARRIED[model]) <= set(names), "an exclusion names a field that is gone"
+    return [name for name in names if name not in NOT_CARRIED[model]]
+
+
+def rows_of(model, agent):
+    """The agent's rows in the document's order."""
+    fields = carried_fields(model)
+    if model is Agent:
+        return list(Agent.objects.filter(pk=agent.pk).values(*fields))
+    time = "at" if model is TrustScoreChange else "occurred_at"
+    return list(model.objects.filter(agent=agent).order_by(time, "id").values(*fields))
+
+
+def test_a_round_trip_keeps_every_field_of_every_row(creator, other_tenant, clock):
+    later = clock + timedelta(days=3)
+    document = json.loads(json.dumps(agent_export(agent=creator, now=later)))
+
+    imported = agent_import(tenant=other_tenant, document=document, actor="o", now=later)
+
+    for model in (Agent, Dissent, Override):
+        assert rows_of(model, imported) == rows_of(model, creator), model.__name__
+    # The export opens every history with the registration's 0.6 (selectors.trust_history),
+    # which the original keeps no row for and the import stores as one.
+    initial, *changes = rows_of(TrustScoreChange, imported)
+    assert (initial["reason"], initial["score"]) == ("initial", 0.6)
+    assert changes == rows_of(TrustScoreChange, creator)
+    reverted = Override.objects.filter(agent=imported).exclude(reverted_at=None)
+    assert {o.revert_reason for o in reverted} == {"marked", "inferred"}
+    assert all(d.novelty_known for d in Dissent.objects.filter(agent=imported))
+
+
+def test_the_score_is_computed_from_the_imported_evidence_not_taken_from_the_document(
+    tenant, embedder_down, clock
+):
+    document = {
+        "agent_name": "Flatterer",
+        "override_history": [
+            {
+                "timestamp": (clock - timedelta(days=n + 1)).isoformat(),
+                "agent_output": f"output {n}",
+                "human_decision": f"decision {n}",
+                "regret": True,
+                "reverted_by": "system",
+            }
+            for n in range(20)
+        ],
+        "trust_score": 0.9,
+        "trust_score_history": [
+            {"timestamp": (clock - timedelta(days=30)).isoformat(), "score": 0.9, "reason": "x"}
+        ],
+        "rounds_participated": 30,
+    }
+
+    agent = agent_import(tenant=tenant, document=document, actor="o", now=clock)
+
+    evidence = selectors.trust_evidence(tenant=tenant, agent_ids=[agent.pk], now=clock)
+    expected = trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
+    # 20 regretted overrides: regret term 0, the rest at the prior, blended with m = 5.
+    assert agent.trust_score == expected.score == pytest.approx((5 * 0.6 + 20 * 0.42) / 25)
+    assert Agent.objects.get(pk=agent.pk).trust_score == agent.trust_score
+    assert trust_recompute(tenant=tenant, agent_ids=[agent.pk], reason="check", now=clock) == 0
+    last = TrustScoreChange.objects.filter(agent=agent).order_by("-id").first()
+    assert (last.reason, last.score) == ("imported", agent.trust_score)
+    imported = Event.objects.get(kind="trust.rounds_imported")
+    assert imported.payload["trust_score_claimed"] == 0.9
+    assert agent_export(agent=agent, now=clock)["trust_score"] == agent.trust_score
+
+
+def test_the_import_command_names_a_score_the_evidence_does_not_bear_out(
+    other_tenant, embedder_down, tmp_path
+):
+    document = {
+        "agent_name": "Flatterer",
+        "override_history": [
+            {
+                "timestamp": "2025-01-01T00:00:00Z",
+                "agent_output": "output",
+                "human_decision": "decision",
+                "regret": True,
+            }
+        ],
+        "trust_score": 0.9,
+    }
+    (tmp_path / "Flatterer.json").write_text(json.dumps(document))
+    out = StringIO()
+
+    call_command("trust_import", "--tenant", "globex", str(tmp_path), stdout=out)
+
+    score = Agent.objects.get(tenant=other_tenant, name="Flatterer").trust_score
+    assert f"imported Flatterer (trust {score}; the file said 0.9)" in out.getvalue()
+
+
+def test_an_imported_score_is_replayed_by_a_rebuild(tenant, embedder_down, clock):
+    document = {
+        "agent_name": "Flatterer",
+        "override_history": [
+            {
+                "timestamp": clock.isoformat(),
+                "agent_output": "output",
+                "human_decision": "decision",
+                "regret": True,
+            }
+        ],
+        "trust_score": 0.9,
+    }
+    agent = agent_import(tenant=tenant, document=document, actor="o", now=clock)
+    trust = next(p for p in registered_projections() if p.name == "trust")
+
+    assert projection_rebuild(projection=trust, tenant=tenant)
+    assert Agent.objects.get(pk=agent.pk).trust_score == agent.trust_score != 0.9
+
+
 def test_an_import_is_replayed_by_a_rebuild(creator, other_tenant, clock):
     document = agent_export(agent=creator, now=clock)
     agent = agent_import(tenant=other_tenant, document=document, actor="o")
@@ -127,6 +276,26 @@ def test_imported_dissents_keep_their_depth_and_citations(tenant, embedder_down)
     assert agent.rounds_participated == 24
 
 
+def test_the_novelty_an_imported_depth_implies_may_exceed_1(tenant, embedder_down):
+    document = {
+        "agent_name": "Veteran",
+        "dissent_history": [
+            {
+                "timestamp": "2025-02-14T16:20:00Z",
+                "dissent_text": "The decision ignores existing REST tooling.",
+                "rubric_citations": ["Accuracy"],
+                "depth_score": 1.9,
+            }
+        ],
+    }
+
+    agent = agent_import(tenant=tenant, document=document, actor="o")
+
+    dissent = Dissent.objects.get(agent=agent)
+    assert dissent.novelty == pytest.approx(1.9 - 6 / 50 - 0.2)
+    assert dissent.depth_score == 1.9
+
+
 @pytest.mark.parametrize(
     ("document", "path"),
     [
@@ -154,6 +323,72 @@ def test_imported_dissents_keep_their_depth_and_citations(tenant, embedder_down)
             "override_history[0].agent_output",
         ),
         ({"agent_name": "A", "trust_score": 1.5}, "trust_score"),
+        (
+            {
+                "agent_name": "A",
+                "dissent_history": [
+                    {"timestamp": "2025-01-01T00:00:00Z", "dissent_text": "t", "novelty": 2.5}
+                ],
+            },
+            "dissent_history[0].novelty",
+        ),
+        (
+            {
+                "agent_name": "A",
+                "dissent_history": [
+                    {
+                        "timestamp": "2025-01-01T00:00:00Z",
+                        "dissent_text": "t",
+                        "novelty": 0.5,
+                        "depth_score": 2.0,
+                    }
+                ],
+            },
+            "dissent_history[0].depth_score",
+        ),
+        (
+            {
+                "agent_name": "A",
+                "dissent_history": [
+                    {
+                        "timestamp": "2025-01-01T00:00:00Z",
+                        "dissent_text": "t",
+                        "impact": True,
+                        "impact_set_at": "soon",
+                    }
+                ],
+            },
+            "dissent_history[0].impact_set_at",
+        ),
+        (
+            {
+                "agent_name": "A",
+                "override_history": [
+                    {
+                        "timestamp": "2025-01-01T00:00:00Z",
+                        "agent_output": "a",
+                        "human_decision": "b",
+                        "regret": True,
+                        "revert_reason": "because",
+                    }
+                ],
+            },
+            "override_history[0].revert_reason",
+        ),
+        (
+            {
+                "agent_name": "A",
+                "trust_score_history": [
+                    {
+                        "timestamp": "2025-01-01T00:00:00Z",
+                        "score": 0.5,
+                        "reason": "x",
+                        "components": [],
+                    }
+                ],
+            },
+            "trust_score_history[0].components",
+        ),
         ({"agent_name": "A", "rounds_participated": -1}, "rounds_participated"),
     ],
 )

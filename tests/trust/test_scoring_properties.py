@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from trust.scoring import (
     MAX_DEPTH,
+    MAX_NOVELTY,
     PRIOR,
     TrustEvidence,
     citation_entropy,
@@ -74,11 +76,35 @@ def test_the_blend_lies_between_the_prior_and_the_raw_score(history, m):
     st.integers(min_value=0, max_value=1_000),
     st.none() | st.floats(min_value=-1.0, max_value=1.0),
 )
-def test_depth_stays_between_0_and_2(text, citations, similarity):
+def test_depth_stays_between_0_and_2_and_novelty_is_1_minus_the_similarity(
+    text, citations, similarity
+):
     depth = dissent_depth(text=text, citations=citations, max_similarity=similarity)
 
     assert 0.0 <= depth.depth <= MAX_DEPTH
-    assert 0.0 <= depth.novelty <= 1.0
+    assert depth.novelty == (0.0 if similarity is None else 1.0 - similarity)
+    assert 0.0 <= depth.novelty <= MAX_NOVELTY
+
+
+def test_a_negative_cosine_is_more_novel_than_an_unrelated_text():
+    # The design note's novelty, 1 - max cosine, is not clamped: only the total is, at 2.0.
+    opposed = dissent_depth(text="no", citations=0, max_similarity=-0.5)
+    unrelated = dissent_depth(text="no", citations=0, max_similarity=0.0)
+
+    assert (opposed.novelty, unrelated.novelty) == (1.5, 1.0)
+    assert opposed.depth == pytest.approx(1 / 50 + 1.5)
+
+
+def test_only_the_depth_total_is_capped_at_2():
+    depth = dissent_depth(text="word " * 50, citations=3, max_similarity=-1.0)
+
+    assert (depth.length, depth.citations, depth.novelty) == (1.0, 0.5, 2.0)
+    assert depth.depth == MAX_DEPTH
+
+
+def test_a_similarity_past_a_cosines_range_by_rounding_is_held_to_it():
+    assert dissent_depth(text="x", citations=0, max_similarity=1.0000001).novelty == 0.0
+    assert dissent_depth(text="x", citations=0, max_similarity=-1.0000001).novelty == MAX_NOVELTY
 
 
 @given(st.lists(st.lists(st.text(min_size=1, max_size=20), max_size=5), max_size=50))

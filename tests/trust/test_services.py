@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
 
 from config.api import ApiError
 from ledger.models import Event
+from memory.local_embedder import DIMENSIONS
+from tests.standins import hashed_bag_of_words
 from trust.governance import CriterionDraft, rubric_version_create
 from trust.models import (
     ArtifactVersion,
@@ -238,6 +241,35 @@ def test_depth_adds_length_citations_and_novelty(agent, rubric, dissent_embedder
     assert new.novelty == pytest.approx(1.0, abs=1e-6)  # no shared word: orthogonal vectors
     assert new.depth_score == pytest.approx(4 / 50 + 1.0)
     assert DissentEmbedding.objects.count() == 3
+
+
+def _vector_at_cosine(to: list[float], cosine: float) -> list[float]:
+    """A unit vector whose cosine with the unit vector ``to`` is ``cosine``."""
+    free = next(i for i, value in enumerate(to) if value == 0.0)  # a bag of words is sparse
+    side = [0.0] * len(to)
+    side[free] = 1.0
+    sine = math.sqrt(1.0 - cosine * cosine)
+    return [cosine * a + sine * b for a, b in zip(to, side, strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("cosine", "novelty", "depth"),
+    [(-0.5, 1.5, 4 / 50 + 1.5), (-1.0, 2.0, 2.0)],
+    ids=["novelty above 1", "total capped at 2"],
+)
+def test_novelty_is_1_minus_a_negative_cosine(agent, dissent_embedder, cosine, novelty, depth):
+    text = "entirely different complaint here"
+    earlier = dissent_log(agent=agent, text="an earlier objection", actor="o")
+    opposed = _vector_at_cosine(hashed_bag_of_words(text, DIMENSIONS), cosine)
+    DissentEmbedding.objects.filter(dissent_id=earlier.pk).update(embedding=opposed)
+
+    dissent = dissent_log(agent=agent, text=text, actor="o")
+
+    assert dissent.novelty == pytest.approx(novelty, abs=1e-5)
+    assert dissent.depth_score == pytest.approx(depth, abs=1e-5)
+    logged = Event.objects.filter(kind="dissent.logged").order_by("-seq").first()
+    assert logged is not None
+    assert logged.payload["depth"]["novelty"] == dissent.novelty
 
 
 def test_a_dissent_logged_while_the_embedder_is_down_has_unknown_novelty_and_is_backfilled(

@@ -37,6 +37,11 @@ class Command(BaseCommand):
                 failed.append(file.name)
                 self.stderr.write(f"{file.name}: {exc}")
                 continue
-            self.stdout.write(f"{file.name}: imported {agent.name} (trust {agent.trust_score})")
+            claimed = document.get("trust_score")
+            # The score is computed from the evidence; a different claim is worth a look.
+            note = "" if claimed in (None, agent.trust_score) else f"; the file said {claimed}"
+            self.stdout.write(
+                f"{file.name}: imported {agent.name} (trust {agent.trust_score}{note})"
+            )
         if failed:
             raise CommandError(f"Not imported: {', '.join(failed)}", returncode=1)
