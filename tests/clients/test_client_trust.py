@@ -99,7 +99,8 @@ def test_it_reads_recomputes_exports_and_imports_trust(admin: Client, reviewer: 
     assert "components" in detail
     document = admin.trust_export(scout_id)
     assert document["agent_name"] == "Scout"
-    assert admin.trust_recompute(agents=["Scout"])["changed"] >= 0
+    # Logging the dissent already moved the score: a recompute right after finds nothing to change.
+    assert admin.trust_recompute(agents=["Scout"])["changed"] == 0
     imported = admin.trust_import({**document, "agent_name": "Scout2"})
     assert imported["name"] == "Scout2"
     assert imported["dissents"] == 1

@@ -363,11 +363,15 @@ def test_without_an_embedder_keywords_alone_rank(agent, no_embedder):
 
 @pytest.mark.parametrize("query", ["%_%", "' OR 1=1 --", "back\\slash", "a | b & !c", "(:*)"])
 def test_queries_with_sql_or_tsquery_syntax_are_plain_text(agent, query):
-    store(agent, f"literal {query} text")
+    store(agent, f"literal {query} text", "the quarterly budget review moved to Friday")
 
-    outcome = memories_search(agent=agent, query=query, top_k=5)
+    outcome = memories_search(agent=agent, query=query, top_k=5, sources=["agent_memory"])
 
-    assert outcome.hits is not None
+    # Read as operators, the query would match every row (' OR 1=1) or fail to parse; read as
+    # text it can only ever reach the memory that holds it, and the unrelated one never.
+    contents = [h.content for h in outcome.hits]
+    assert "the quarterly budget review moved to Friday" not in contents
+    assert set(contents) <= {f"literal {query} text"}
 
 
 # --- the API -----------------------------------------------------------------------------------
