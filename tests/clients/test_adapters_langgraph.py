@@ -350,6 +350,17 @@ def test_an_archived_item_is_still_found_by_key_and_a_put_revives_it(store):
     assert store.search(("prefs",), query="pasta")[0].key == "food"
 
 
+def test_an_archived_item_late_in_its_ttl_is_read_without_moving_it(store):
+    # The API changes active memories only; reading must not fail on one the service archived.
+    store.put(("cache",), "k", {"text": "warm"}, ttl=60)
+    soon = timezone.now() + timedelta(minutes=10)
+    Memory.objects.update(archived_at=timezone.now(), expires_at=soon)
+
+    assert store.get(("cache",), "k").value == {"text": "warm"}
+    assert [i.key for i in store.search(("cache",))] == ["k"]
+    assert Memory.objects.get().expires_at == soon
+
+
 def test_racing_puts_of_a_new_key_leave_one_memory_after_the_next_put(tenant_keys, agent_key):
     # Two writers that both found no memory for the key each stored one.
     with tenant_keys.client(agent_key) as client:

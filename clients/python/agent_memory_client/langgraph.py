@@ -63,6 +63,7 @@ from agent_memory_client._adapters import (
 )
 from agent_memory_client._async import AsyncClient
 from agent_memory_client._sync import Client
+from agent_memory_client.errors import NotFoundError
 
 __all__ = ["AgentMemoryStore"]
 
@@ -192,8 +193,11 @@ class AgentMemoryStore(BaseStore):
             }
             if kept["content"] != text:  # a new text is embedded again; the same one is not
                 changes["content"] = text
-            yield from memories_update(kept["id"], **changes)
-        else:
+            try:
+                kept = yield from memories_update(kept["id"], **changes)
+            except NotFoundError:  # archived or deleted since the lookup: store it anew
+                active = []
+        if not active:
             new: types.MemoryStoreRequest = {
                 "content": text,
                 "metadata": {KIND: document},
@@ -306,7 +310,7 @@ class AgentMemoryStore(BaseStore):
         twice per TTL instead of on every read; it expires between half its TTL and its TTL
         after the last read."""
         ttl = _document(memory).get("ttl")
-        if ttl is None:
+        if ttl is None or memory["archived_at"] is not None:  # the API changes active ones only
             return memory
         expires_at = memory["expires_at"]
         left = (
@@ -316,7 +320,10 @@ class AgentMemoryStore(BaseStore):
         )
         if left >= timedelta(minutes=float(ttl) / 2):
             return memory
-        return (yield from memories_update(memory["id"], expires_at=_expiry(float(ttl))))
+        try:
+            return (yield from memories_update(memory["id"], expires_at=_expiry(float(ttl))))
+        except NotFoundError:  # archived or deleted since it was read: answer what was read
+            return memory
 
     def _params(self, document: Mapping[str, Any], page_size: int) -> ListParams:
         return {
