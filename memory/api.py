@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -18,7 +19,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import CursorPagination
+from config.api import ApiError, CursorPagination
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.auth import ApiPrincipal
 from ledger.models import Agent, Event, Role
@@ -85,6 +86,21 @@ def agent_for_caller(principal: ApiPrincipal, name: str | None) -> Agent:
     return agent
 
 
+def metadata_filter(raw: str) -> dict[str, Any]:
+    """The ``metadata`` query parameter: a JSON object the listed memories' metadata contains
+    (PostgreSQL's ``@>``, as search's ``filters.metadata``)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ApiError(
+            code="invalid_filter",
+            message='metadata must be a JSON object, e.g. {"source": "slack"}.',
+        )
+    return value
+
+
 class RecallViewSet(AgentActionViewSet):
     @extend_schema(
         summary="Recall what an agent remembers of a run (episodic or salience)",
@@ -145,6 +161,11 @@ class ReflectionViewSet(AgentActionViewSet):
             OpenApiParameter("session_id", str),
             OpenApiParameter("memory_type", str),
             OpenApiParameter("tag", str, description="Memories carrying this tag"),
+            OpenApiParameter(
+                "metadata",
+                str,
+                description='Metadata containing this JSON object, e.g. {"source": "slack"}',
+            ),
             OpenApiParameter("include_expired", bool, description="Also expired ones"),
             OpenApiParameter("include_archived", bool, description="Also archived ones"),
         ],
@@ -204,6 +225,8 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
                 queryset = queryset.filter(**{field: params[field]})
         if "tag" in params:
             queryset = queryset.filter(tags__contains=[params["tag"]])
+        if "metadata" in params:
+            queryset = queryset.filter(metadata__contains=metadata_filter(params["metadata"]))
         if self.action in ("destroy", "history"):
             return queryset  # an expired or archived memory can still be deleted or audited
         now = timezone.now()

@@ -394,7 +394,7 @@ def _memory_candidates(
 
 MEMORY_DETAILS_SQL = """
 SELECT id, content, role, session_id, memory_type, tags, metadata, occurred_at, created_at,
-       importance
+       importance, updated_at
 FROM memory_memory WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s AND id = ANY(%(ids)s)
 """
 
@@ -426,6 +426,7 @@ def memory_hits_completed(agent: Agent, hits: list[SearchHit]) -> list[SearchHit
                 "occurred_at": row[7],
                 "created_at": row[8],
                 "stored_importance": float(row[9]),
+                "updated_at": row[10],
             }
             completed.append(replace(hit, content=row[1], details=details))
     return completed

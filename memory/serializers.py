@@ -84,6 +84,7 @@ class MemorySerializer(serializers.ModelSerializer[Memory]):
             "tags",
             "occurred_at",
             "created_at",
+            "updated_at",
             "expires_at",
             "last_retrieved_at",
             "retrieval_count",

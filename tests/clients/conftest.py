@@ -66,3 +66,11 @@ def tenant_keys(service: Service, transactional_db: None) -> TenantKeys:
 def admin(tenant_keys: TenantKeys) -> Iterator[Client]:
     with tenant_keys.client() as client:
         yield client
+
+
+@pytest.fixture
+def agent_key(admin: Client) -> str:
+    """The raw secret of a key scoped to agent "Planner" (agent "Other" exists beside it)."""
+    admin.agents_create(name="Planner")
+    admin.agents_create(name="Other")
+    return admin.api_keys_create(name="planner", role="agent", agent="Planner")["key"]

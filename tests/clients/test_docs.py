@@ -32,7 +32,9 @@ def _run_blocks(page: str, monkeypatch, env: dict[str, str]) -> None:
     assert blocks, f"no python blocks in {page}"
     namespace: dict[str, object] = {"__name__": f"docs_{page}"}
     for number, source in enumerate(blocks, 1):
-        code = compile(source, f"{page} block {number}", "exec")
+        # dont_inherit: not this file's `from __future__ import annotations`, which a reader
+        # pasting the block does not have (a dataclass needs its annotations evaluated).
+        code = compile(source, f"{page} block {number}", "exec", dont_inherit=True)
         try:
             in_fresh_thread(functools.partial(exec, code, namespace))
         except Exception as exc:  # name the block, its source is in the traceback's file name
@@ -74,6 +76,20 @@ def test_the_mcp_docs_run(service, tenant_keys, admin, monkeypatch, capsys):
     assert "'get_my_trust'" in printed
     assert "French" in printed
     assert "ERROR line 3" in printed
+
+
+def test_the_integrations_docs_run(service, agent_key, monkeypatch, capsys):
+    _run_blocks(
+        "integrations.md",
+        monkeypatch,
+        {"AGENT_MEMORY_URL": service.base_url, "AGENT_MEMORY_API_KEY": agent_key},
+    )
+    printed = capsys.readouterr().out
+    assert "['diet: Alice is allergic to peanuts. (" in printed
+    assert "[('users', 'alice', 'notes')]" in printed
+    assert re.search(r"agent_memory:\d+ agent_memory [01]\.\d+ The staging database", printed)
+    assert "('ai', 'Your name is Dana.')]" in printed
+    assert "{'role': 'assistant', 'content': 'Order 1234 is in transit" in printed
 
 
 def test_the_coverage_table_lists_every_operation():

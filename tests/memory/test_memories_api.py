@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -64,6 +64,58 @@ def test_listing_filters_and_hides_expired_memories(client, creator):
     assert [m["content"] for m in session] == ["b"]
     assert len(everything) == 3
     assert gone.status_code == 404
+
+
+def test_listing_filters_by_metadata_containment(client, make_agent, tenant, api_as):
+    for content, metadata in [
+        ("from slack", {"source": "slack", "thread": {"id": "t1", "replies": 3}}),
+        ("from slack too", {"source": "slack", "thread": {"id": "t2"}}),
+        ("from mail", {"source": "mail"}),
+    ]:
+        client.post("/api/v1/memories/", {"content": content, "metadata": metadata}, format="json")
+    other = api_as(tenant, role=Role.AGENT, agent=make_agent(tenant, name="Other"))
+    other.post(
+        "/api/v1/memories/", {"content": "theirs", "metadata": {"source": "slack"}}, format="json"
+    )
+
+    def listed(metadata: str) -> list[str]:
+        response = client.get("/api/v1/memories/", {"metadata": metadata})
+        assert response.status_code == 200, response.content
+        return [m["content"] for m in response.json()["results"]]
+
+    assert listed('{"source": "slack"}') == ["from slack too", "from slack"]
+    assert listed('{"thread": {"id": "t1"}}') == ["from slack"]
+    assert listed('{"source": "slack", "thread": {"replies": 3}}') == ["from slack"]
+    assert listed('{"source": "fax"}') == []
+    assert len(listed("{}")) == 3
+
+
+@pytest.mark.parametrize("metadata", ["source=slack", "[1, 2]", '"slack"', "{", "null"])
+def test_a_metadata_filter_that_is_not_a_json_object_is_refused(client, metadata):
+    response = client.get("/api/v1/memories/", {"metadata": metadata})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_filter"
+
+
+def test_a_metadata_filter_postgres_cannot_compare_is_refused(client):
+    response = client.get("/api/v1/memories/", {"metadata": '{"source": "a\\u0000b"}'})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_value"
+
+
+def test_a_memory_says_when_it_was_last_changed(client):
+    stored = client.post("/api/v1/memories/", {"content": "draft"}, format="json").json()
+
+    changed = client.patch(f"/api/v1/memories/{stored['id']}/", {"content": "final"}, format="json")
+
+    def moment(value: str) -> datetime:
+        return datetime.fromisoformat(value)
+
+    assert moment(stored["updated_at"]) == moment(stored["created_at"])
+    assert moment(changed.json()["updated_at"]) > moment(stored["updated_at"])
+    assert changed.json()["created_at"] == stored["created_at"]
 
 
 def test_deleting_leaves_a_history_without_content(client):

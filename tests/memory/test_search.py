@@ -392,7 +392,9 @@ def test_search_over_the_api(client, agent):
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["results"][0]["content"] == "Dana approved the $4,000 budget."
-    assert body["results"][0]["details"]["session_id"] == "s1"
+    details = body["results"][0]["details"]
+    assert details["session_id"] == "s1"
+    assert details["updated_at"] == details["created_at"]
     assert body["semantic"] is True
 
 

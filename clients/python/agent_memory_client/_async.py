@@ -808,6 +808,7 @@ class AsyncClient(AsyncTransport):
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         memory_type: str | None = None,
+        metadata: str | None = None,
         page_size: int | None = None,
         session_id: str | None = None,
         tag: str | None = None,
@@ -820,6 +821,7 @@ class AsyncClient(AsyncTransport):
         ``cursor``: The pagination cursor value.
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
+        ``metadata``: Metadata containing this JSON object, e.g. {"source": "slack"}
         ``page_size``: Number of results to return per page.
         ``tag``: Memories carrying this tag
         """
@@ -834,6 +836,7 @@ class AsyncClient(AsyncTransport):
                         include_archived=include_archived,
                         include_expired=include_expired,
                         memory_type=memory_type,
+                        metadata=metadata,
                         page_size=page_size,
                         session_id=session_id,
                         tag=tag,
@@ -849,6 +852,7 @@ class AsyncClient(AsyncTransport):
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         memory_type: str | None = None,
+        metadata: str | None = None,
         page_size: int | None = None,
         session_id: str | None = None,
         tag: str | None = None,
@@ -860,6 +864,7 @@ class AsyncClient(AsyncTransport):
                 include_archived=include_archived,
                 include_expired=include_expired,
                 memory_type=memory_type,
+                metadata=metadata,
                 page_size=page_size,
                 session_id=session_id,
                 tag=tag,

@@ -127,6 +127,8 @@ class _Base:
         key = api_key if api_key is not None else os.environ.get("AGENT_MEMORY_API_KEY")
         if not key:
             raise ValueError("Pass api_key= or set AGENT_MEMORY_API_KEY.")
+        # Kept so an adapter can open the other kind of client (sync/async) as the same caller.
+        self._api_key = key
         self._headers = {
             "Authorization": f"Bearer {key}",
             "Accept": "application/json",

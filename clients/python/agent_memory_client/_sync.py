@@ -789,6 +789,7 @@ class Client(SyncTransport):
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         memory_type: str | None = None,
+        metadata: str | None = None,
         page_size: int | None = None,
         session_id: str | None = None,
         tag: str | None = None,
@@ -801,6 +802,7 @@ class Client(SyncTransport):
         ``cursor``: The pagination cursor value.
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
+        ``metadata``: Metadata containing this JSON object, e.g. {"source": "slack"}
         ``page_size``: Number of results to return per page.
         ``tag``: Memories carrying this tag
         """
@@ -815,6 +817,7 @@ class Client(SyncTransport):
                         include_archived=include_archived,
                         include_expired=include_expired,
                         memory_type=memory_type,
+                        metadata=metadata,
                         page_size=page_size,
                         session_id=session_id,
                         tag=tag,
@@ -830,6 +833,7 @@ class Client(SyncTransport):
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         memory_type: str | None = None,
+        metadata: str | None = None,
         page_size: int | None = None,
         session_id: str | None = None,
         tag: str | None = None,
@@ -841,6 +845,7 @@ class Client(SyncTransport):
                 include_archived=include_archived,
                 include_expired=include_expired,
                 memory_type=memory_type,
+                metadata=metadata,
                 page_size=page_size,
                 session_id=session_id,
                 tag=tag,

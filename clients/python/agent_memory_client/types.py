@@ -410,6 +410,7 @@ class Memory(TypedDict):
     tags: list[str]
     occurred_at: str
     created_at: str
+    updated_at: str
     expires_at: str | None
     last_retrieved_at: str | None
     retrieval_count: int
