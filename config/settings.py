@@ -337,6 +337,14 @@ LOGGING = {
 LEDGER_MAX_PAYLOAD_BYTES = env_int("LEDGER_MAX_PAYLOAD_BYTES", 1024 * 1024)
 LEDGER_MAX_BATCH = env_int("LEDGER_MAX_BATCH", 1000)
 IDEMPOTENCY_RETENTION_HOURS = env_int("IDEMPOTENCY_RETENTION_HOURS", 24)
+# Signed checkpoints of every chain's head, kept where the database's roles cannot write
+# (ledger/anchors.py). The key: LEDGER_ANCHOR_KEY (base64 of a 32-byte Ed25519 private key), else
+# the file LEDGER_ANCHOR_KEY_FILE, generated on first use.
+LEDGER_ANCHOR_DIR = env_path("LEDGER_ANCHOR_DIR", DATA_DIR / "ledger-anchors", base=BASE_DIR)
+LEDGER_ANCHOR_KEY = env_str("LEDGER_ANCHOR_KEY")
+LEDGER_ANCHOR_KEY_FILE = env_path(
+    "LEDGER_ANCHOR_KEY_FILE", DATA_DIR / "ledger_anchor_key", base=BASE_DIR
+)
 
 # --- Memory -------------------------------------------------------------------------------------
 MEMORY_MAX_CONTENT_CHARS = env_int("MEMORY_MAX_CONTENT_CHARS", 100_000)

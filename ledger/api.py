@@ -184,7 +184,7 @@ class EventCursorPagination(CursorPagination):
         parameters=[IDEMPOTENCY_PARAMETER],
     ),
     verify=extend_schema(
-        summary="Verify the tenant's hash chain and report the first broken link",
+        summary="Verify the hash chain against its signed checkpoints; report the first break",
         responses=ChainReportSerializer,
     ),
 )

@@ -55,8 +55,14 @@ def django_db_modify_db_settings(
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+def django_db_setup(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     from django.db import connection
+
+    # Servers and workers the tests start keep checkpoints of this run's fresh test database
+    # apart from those of earlier runs, whose tenant ids repeat.
+    os.environ["LEDGER_ANCHOR_DIR"] = str(tmp_path_factory.getbasetemp() / "ledger-anchors-servers")
 
     if database.database_owner_settings() is not None:
         # The one grant the service's role has here and not in production: MAINTAIN, for the
@@ -93,6 +99,15 @@ def _flush_as_owner() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
         yield
+
+
+@pytest.fixture(autouse=True)
+def _own_ledger_anchors(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every test gets its own checkpoint folder (created when first written): a test's tenants
+    are rolled back or flushed afterwards, and a later verification would rightly report the
+    checkpoints of tenants gone from the database as tampering."""
+    base = tmp_path_factory.getbasetemp() / "ledger-anchors"
+    settings.LEDGER_ANCHOR_DIR = base / uuid.uuid4().hex
 
 
 @pytest.fixture(autouse=True)

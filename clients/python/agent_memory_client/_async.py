@@ -557,7 +557,7 @@ class AsyncClient(AsyncTransport):
         )
 
     async def events_verify(self) -> types.ChainReport:
-        """Verify the tenant's hash chain and report the first broken link.
+        """Verify the hash chain against its signed checkpoints; report the first break.
 
         ``GET /api/v1/events/verify/``
         """

@@ -541,7 +541,7 @@ class Client(SyncTransport):
         )
 
     def events_verify(self) -> types.ChainReport:
-        """Verify the tenant's hash chain and report the first broken link.
+        """Verify the hash chain against its signed checkpoints; report the first break.
 
         ``GET /api/v1/events/verify/``
         """

@@ -101,9 +101,14 @@ class ArtifactVersion(TypedDict):
 
 class ChainReport(TypedDict):
     ok: bool
+    code: str
     events_checked: int
     first_broken_seq: int | None
     reason: str
+    head_seq: int
+    head_hash: str
+    checkpoint_seq: int | None
+    checkpoint_at: str | None
 
 
 class ContentClearRequest(TypedDict):
