@@ -95,6 +95,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "ledger.middleware.TenantMembershipMiddleware",
+    "ledger.receipts.LedgerReceiptMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"

@@ -203,6 +203,23 @@ class ChainReportSerializer(serializers.Serializer[Any]):
     checkpoint_at = serializers.DateTimeField(allow_null=True)
 
 
+class ReceiptVerifySerializer(serializers.Serializer[Any]):
+    receipt = serializers.CharField(
+        max_length=200,
+        help_text="A Ledger-Receipt header value: <tenant>:<seq>:<hash>.",
+    )
+
+
+class ReceiptReportSerializer(serializers.Serializer[Any]):
+    ok = serializers.BooleanField()
+    receipt = serializers.CharField()
+    code = serializers.CharField(
+        help_text="Empty when ok; else receipt_mismatch, ledger_truncated, or the code of the "
+        "first break in the chain up to the receipt's event."
+    )
+    reason = serializers.CharField()
+
+
 def _kinds_field(help_text: str) -> serializers.ListField:
     return serializers.ListField(
         child=serializers.RegexField(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$", max_length=64),

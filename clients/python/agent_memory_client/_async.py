@@ -563,6 +563,20 @@ class AsyncClient(AsyncTransport):
         """
         return cast("types.ChainReport", await self.request(Call("GET", "/events/verify/")))
 
+    async def events_verify_receipt(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.ReceiptVerifyRequest]
+    ) -> types.ReceiptReport:
+        """Check that the ledger still holds the history a Ledger-Receipt names.
+
+        ``POST /api/v1/events/verify-receipt/``
+        """
+        return cast(
+            "types.ReceiptReport",
+            await self.request(
+                Call("POST", "/events/verify-receipt/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
+
     async def flags_list(
         self,
         *,

@@ -664,6 +664,17 @@ class RecallSettings(TypedDict):
     reflection_threshold: int
 
 
+class ReceiptReport(TypedDict):
+    ok: bool
+    receipt: str
+    code: str
+    reason: str
+
+
+class ReceiptVerifyRequest(TypedDict):
+    receipt: str
+
+
 class ReflectionRequestRequest(TypedDict):
     agent: NotRequired[str]
     run_id: str
