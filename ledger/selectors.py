@@ -187,12 +187,17 @@ def _anchor_broken(
     if stored is None:
         last = event_head_seq(tenant=tenant)
         if last < checkpoint.seq:
+            removed = (
+                f"event #{checkpoint.seq} was"
+                if last + 1 == checkpoint.seq
+                else f"events #{last + 1}-#{checkpoint.seq} were"
+            )
             return _broken(
                 checked,
                 last + 1,
                 "ledger_truncated",
                 f"the chain ends at event #{last}, but {signed} recorded event "
-                f"#{checkpoint.seq}: events #{last + 1}-#{checkpoint.seq} were removed",
+                f"#{checkpoint.seq}: {removed} removed",
                 **anchored,
             )
         return _broken(
