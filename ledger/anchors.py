@@ -233,8 +233,8 @@ def checkpoint_tenant_ids() -> list[int]:
 def _locked_for_append(tenant_id: int) -> Iterator[int]:
     """The tenant's file open for appending, under an exclusive lock (one writer at a time)."""
     folder = Path(settings.LEDGER_ANCHOR_DIR)
-    folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o700)
+    # Made private when we make it; a folder the operator provided keeps its own modes.
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(_path(tenant_id), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
