@@ -9,11 +9,18 @@ docs/operations.md says how to set one up.
 
 from __future__ import annotations
 
+import os
+import uuid
+from io import StringIO
+
+import psycopg
 import pytest
 from django.conf import settings
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
 from config.database import database_owner_settings, database_role_problems
+from config.embedded import SUPERUSER
 from tests.tampering import owner_connection
 
 pytestmark = [
@@ -114,3 +121,45 @@ def test_the_start_up_check_names_a_switched_off_trigger(tenant):
 
     assert [problem.code for problem in problems] == ["trigger_off"]
     assert "ledger_event_no_update_or_delete" in problems[0].message
+
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="needs the embedded superuser")
+@pytest.mark.django_db(transaction=True)
+def test_migrate_creates_a_missing_service_role_and_grants_it_only_row_access(settings):
+    """As compose runs it: DATABASE_MIGRATE_URL names a role that may create roles, and the role
+    of DATABASE_URL does not exist yet."""
+    role = f"agent_memory_probe_{uuid.uuid4().hex[:8]}"
+    layout = settings.EMBEDDED
+    settings.DATABASE_OWNER = {
+        **settings.DATABASE_OWNER,
+        "USER": SUPERUSER,
+        "PASSWORD": layout.role_password(SUPERUSER),
+    }
+    settings.DATABASE_APP_ROLE = role
+    try:
+        call_command("migrate", verbosity=0, stdout=StringIO())
+
+        with owner_connection() as owner:
+            attributes = owner.execute(
+                "SELECT rolcanlogin, rolsuper,"
+                " has_table_privilege(%(r)s, 'ledger_event', 'INSERT'),"
+                " has_table_privilege(%(r)s, 'ledger_event', 'UPDATE'),"
+                " has_table_privilege(%(r)s, 'ledger_agent', 'UPDATE')"
+                " FROM pg_roles WHERE rolname = %(r)s",
+                {"r": role},
+            ).fetchone()
+        assert attributes == (True, False, True, False, True)
+    finally:
+        with psycopg.connect(
+            **layout.connect_kwargs(SUPERUSER, connection.settings_dict["NAME"]), autocommit=True
+        ) as admin:
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrate_refuses_a_missing_service_role_the_owner_may_not_create(settings):
+    settings.DATABASE_APP_ROLE = "agent_memory_nobody_made"
+
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("migrate", verbosity=0, stdout=StringIO())
