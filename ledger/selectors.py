@@ -79,11 +79,7 @@ def event_chain_verify(
     start = checkpoints[-1] if since is not None and checkpoints else None
     expected_seq, prev_hash = 1, Event.GENESIS_HASH
     if start is not None:
-        stored = (
-            Event.objects.filter(tenant=tenant, seq=start.seq)
-            .values_list("hash", flat=True)
-            .first()
-        )
+        stored = event_hash_at(tenant=tenant, seq=start.seq)
         if stored is None or stored != start.hash:
             return _anchor_broken(tenant, start, stored, matched=None, checked=0, anchored=anchored)
         expected_seq, prev_hash = start.seq + 1, start.hash
