@@ -33,8 +33,19 @@ def django_setup(data_dir: Path | None = None) -> None:
     if not os.environ.get("REDIS_URL"):
         embedded.redis_start(settings.EMBEDDED)
     from django.core.management import call_command
+    from django.db import connections
+
+    from config.database import OWNER_CONNECTION_FIELDS, database_owner_settings
 
     call_command("migrate", verbosity=0)
+    owner = database_owner_settings()
+    if owner is not None:
+        # Benchmarks load rows in bulk and ANALYZE or VACUUM them, which the tables' owner may
+        # do and the service's role may not: they connect as the owner.
+        connections["default"].close()
+        connections["default"].settings_dict.update(
+            {key: owner.get(key) for key in OWNER_CONNECTION_FIELDS}
+        )
 
 
 def percentile(values: list[float], share: float) -> float:

@@ -680,12 +680,10 @@ class Postgres:
         postgres_start(self.layout)
         import psycopg
 
-        self.conn = psycopg.connect(
-            host=str(self.layout.socket_dir),
-            user="postgres",
-            dbname="agent_memory",
-            autocommit=True,
-        )
+        from config.embedded import OWNER_ROLE
+
+        # The owner may create its scratch tables; the extension exists (the server made it).
+        self.conn = psycopg.connect(**self.layout.connect_kwargs(OWNER_ROLE), autocommit=True)
         self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
     def stop(self) -> None:

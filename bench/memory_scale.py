@@ -224,12 +224,10 @@ def raw_connection() -> Any:
     from django.conf import settings
     from pgvector.psycopg import register_vector
 
-    conn = psycopg.connect(
-        host=str(settings.EMBEDDED.socket_dir),
-        user="postgres",
-        dbname="agent_memory",
-        autocommit=True,
-    )
+    from config.embedded import OWNER_ROLE
+
+    # The tables' owner: the bulk load switches a trigger off and rebuilds indexes.
+    conn = psycopg.connect(**settings.EMBEDDED.connect_kwargs(OWNER_ROLE), autocommit=True)
     register_vector(conn)
     return conn
 

@@ -9,6 +9,12 @@ never collides with another PostgreSQL on the machine). With no ``REDIS_URL`` it
 Both starts are idempotent: a server already running on the folder is reused. Starting is
 serialised by a lock file so that two processes (the test runner and ``up``, say) never race to
 initialise the same folder.
+
+PostgreSQL is locked down on every start, so a folder made by an older version is upgraded in
+place: the socket folder is open to the server's and our OS user only (0700), every role signs in
+with a SCRAM password (generated once into ``<data dir>/postgres-credentials``, mode 0600), and
+the service connects as ``agent_memory``, a role that owns nothing, while the tables belong to
+``agent_memory_owner``, which only migrations use (config/database.py says why).
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import time
 import warnings
@@ -30,7 +38,25 @@ from typing import Any
 from config.env import env_str
 
 DATABASE_NAME = "agent_memory"
-DATABASE_USER = "postgres"
+# initdb's superuser: creates the roles and the database, and nothing else.
+SUPERUSER = "postgres"
+# Owns the schema and runs the migrations (config/database.py).
+OWNER_ROLE = "agent_memory_owner"
+# The role the service connects as: no superuser, owns nothing.
+APP_ROLE = "agent_memory"
+ROLE_ATTRIBUTES = {
+    OWNER_ROLE: "LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS",
+    APP_ROLE: "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS",
+}
+# Extensions a non-superuser may not create; made in template1 too, so the test database (and
+# any other made from it) has them before the owner's migrations ask.
+EXTENSIONS = ("vector", "btree_gin")
+HBA_HEADER = "# Written by Agent Memory (config/embedded.py) on every start; edits are lost."
+HBA_RULES = (
+    f"{HBA_HEADER}\n"
+    "# Unix socket only (the server has no TCP listener); every role signs in with its password.\n"
+    "local all all scram-sha-256\n"
+)
 # Unix socket paths are limited to 107 bytes on Linux; keep a margin for the socket file name.
 _MAX_SOCKET_DIR_LENGTH = 90
 _START_TIMEOUT_SECONDS = 30.0
@@ -78,14 +104,44 @@ class EmbeddedLayout:
     def redis_url(self) -> str:
         return f"unix://{self.redis_socket}?db=0"
 
-    def database_settings(self) -> dict[str, object]:
+    @property
+    def credentials_dir(self) -> Path:
+        return self.data_dir / "postgres-credentials"
+
+    def role_password(self, role: str) -> str:
+        """The role's password, generated on first use and kept in a file only we can read."""
+        path = self.credentials_dir / role
+        with contextlib.suppress(FileNotFoundError):
+            return path.read_text().strip()
+        self.credentials_dir.mkdir(parents=True, exist_ok=True)
+        self.credentials_dir.chmod(0o700)
+        try:
+            # O_EXCL: two processes starting at once keep the first one's password.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path.read_text().strip()
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+        return path.read_text().strip()
+
+    def database_settings(self, role: str = APP_ROLE) -> dict[str, Any]:
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": DATABASE_NAME,
-            "USER": DATABASE_USER,
-            "PASSWORD": "",
+            "USER": role,
+            "PASSWORD": self.role_password(role),
             "HOST": str(self.socket_dir),
             "PORT": "",
+            "OPTIONS": {},
+        }
+
+    def connect_kwargs(self, role: str, dbname: str = DATABASE_NAME) -> dict[str, Any]:
+        """psycopg.connect arguments for ``role`` (benchmarks, tests and start-up use them)."""
+        return {
+            "host": str(self.socket_dir),
+            "user": role,
+            "password": self.role_password(role),
+            "dbname": dbname,
         }
 
 
@@ -127,6 +183,30 @@ def _postgres_bin_path() -> Path:
 
 def _postgres_bin(name: str) -> str:
     return str(_postgres_bin_path() / name)
+
+
+def _lock_down_socket_dir(layout: EmbeddedLayout, user: str | None) -> None:
+    """The socket folder: ours (or the PostgreSQL OS user's), a real folder, mode 0700.
+
+    Anyone who can open a Unix socket may try to sign in on it; a folder only the server's and our
+    own OS user can enter keeps everyone else from even trying. One found owned by another user
+    (under /tmp, say, made first by someone else to catch our connections) is refused.
+    """
+    path = layout.socket_dir
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(parents=True, mode=0o700)
+    info = path.lstat()
+    allowed = {os.geteuid()}
+    if user is not None:
+        import pwd
+
+        allowed.add(pwd.getpwnam(user).pw_uid)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in allowed:
+        raise EmbeddedServiceError(
+            f"{path} is not a folder of ours (owner uid {info.st_uid}); remove it and start again."
+        )
+    path.chmod(0o700)
+    _make_reachable_for(path, user)
 
 
 def _make_reachable_for(path: Path, user: str | None) -> None:
@@ -191,7 +271,7 @@ def shared_buffers() -> str:
 
 def postgres_is_running(layout: EmbeddedLayout) -> bool:
     result = subprocess.run(  # noqa: S603 (fixed binary, arguments built here)
-        [_postgres_bin("pg_isready"), "-q", "-h", str(layout.socket_dir), "-U", DATABASE_USER],
+        [_postgres_bin("pg_isready"), "-q", "-h", str(layout.socket_dir), "-U", SUPERUSER],
         check=False,
         capture_output=True,
     )
@@ -199,35 +279,33 @@ def postgres_is_running(layout: EmbeddedLayout) -> bool:
 
 
 def postgres_start(layout: EmbeddedLayout) -> bool:
-    """Start the embedded PostgreSQL unless it is already running. Returns True if it started it."""
+    """Start the embedded PostgreSQL unless it is already running. Returns True if it started it.
+
+    Either way the server leaves locked down and provisioned (``_provision``): a folder an older
+    version made, with password-less ``trust`` sign-in and a world-writable socket folder, is
+    upgraded here, the running server included.
+    """
     with _start_lock(layout):
-        if postgres_is_running(layout):
-            _ensure_database(layout)
-            return False
         user = _postgres_system_user()
-        layout.socket_dir.mkdir(parents=True, exist_ok=True)
-        layout.socket_dir.chmod(0o777)  # the PostgreSQL OS user must create its socket here
-        _make_reachable_for(layout.socket_dir, user)
+        _lock_down_socket_dir(layout, user)
+        if postgres_is_running(layout):
+            _provision(layout, user)
+            return False
         layout.pgdata.mkdir(parents=True, exist_ok=True)
         _make_reachable_for(layout.pgdata, user)
         if not (layout.pgdata / "PG_VERSION").exists():
-            _run_as(
-                user,
-                [
-                    _postgres_bin("initdb"),
-                    "-D",
-                    str(layout.pgdata),
-                    "--auth=trust",
-                    "--encoding=UTF8",
-                    "--locale=C.UTF-8",
-                    "-U",
-                    DATABASE_USER,
-                ],
-            )
+            _initdb(layout, user)
+        if _hba_is_ours(layout):
+            _hba_write(layout, user)
+        # Otherwise a folder from before passwords: it starts with its old rules (trust) once,
+        # inside the socket folder nobody else can enter, and _provision sets the passwords and
+        # then the rules.
         server_options = " ".join(
             [
                 "-h ''",  # no TCP listener: the socket is the only way in
                 f"-k {layout.socket_dir}",
+                "-c unix_socket_permissions=0700",
+                "-c password_encryption=scram-sha-256",
                 "-c max_connections=200",
                 f"-c shared_buffers={shared_buffers()}",
             ]
@@ -249,8 +327,182 @@ def postgres_start(layout: EmbeddedLayout) -> bool:
             ],
             failure_hint=layout.pgdata / "server.log",
         )
-        _ensure_database(layout)
+        _provision(layout, user)
         return True
+
+
+def _initdb(layout: EmbeddedLayout, user: str | None) -> None:
+    # initdb reads the superuser's password from a file the server's OS user can read; the copy
+    # lives only as long as initdb runs.
+    password_file = layout.pgdata.parent / f".initdb-{secrets.token_hex(8)}"
+    fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(layout.role_password(SUPERUSER) + "\n")
+    try:
+        _chown_to(password_file, user)
+        _run_as(
+            user,
+            [
+                _postgres_bin("initdb"),
+                "-D",
+                str(layout.pgdata),
+                "--auth=scram-sha-256",
+                f"--pwfile={password_file}",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+                "-U",
+                SUPERUSER,
+            ],
+        )
+    finally:
+        password_file.unlink()
+    _hba_write(layout, user)
+
+
+def _chown_to(path: Path, user: str | None) -> None:
+    if user is None:
+        return
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _hba_is_ours(layout: EmbeddedLayout) -> bool:
+    try:
+        return (layout.pgdata / "pg_hba.conf").read_text().startswith(HBA_HEADER)
+    except FileNotFoundError:
+        return False
+
+
+def _hba_write(layout: EmbeddedLayout, user: str | None) -> bool:
+    """Write our sign-in rules; returns whether they changed."""
+    path = layout.pgdata / "pg_hba.conf"
+    with contextlib.suppress(FileNotFoundError):
+        if path.read_text() == HBA_RULES:
+            return False
+    temporary = path.with_name("pg_hba.conf.new")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(HBA_RULES)
+    _chown_to(temporary, user)
+    temporary.replace(path)
+    return True
+
+
+def _superuser_connection(layout: EmbeddedLayout, dbname: str = "postgres") -> Any:
+    import psycopg
+
+    try:
+        return psycopg.connect(**layout.connect_kwargs(SUPERUSER, dbname), autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise EmbeddedServiceError(
+            f"Cannot sign in to the embedded PostgreSQL as {SUPERUSER}: {exc}. Its password is "
+            f"{layout.credentials_dir / SUPERUSER}; restore that file if it was removed."
+        ) from exc
+
+
+def _provision(layout: EmbeddedLayout, user: str | None) -> None:
+    """Roles, passwords, database, extensions, ownership, privileges, then the sign-in rules.
+
+    Idempotent, and run on every start: it is also how a folder made by an older version (one
+    superuser, no passwords, tables owned by the superuser) is upgraded.
+    """
+    with _superuser_connection(layout) as connection:
+        for role in (SUPERUSER, *ROLE_ATTRIBUTES):
+            # The server gets a SCRAM verifier computed here: the password never crosses the
+            # socket nor reaches a log.
+            verifier = connection.pgconn.encrypt_password(
+                layout.role_password(role).encode(), role.encode(), b"scram-sha-256"
+            ).decode()
+            exists = connection.execute(
+                "SELECT 1 FROM pg_roles WHERE rolname = %s", [role]
+            ).fetchone()
+            attributes = ROLE_ATTRIBUTES.get(role, "")
+            verb = "ALTER" if exists or role == SUPERUSER else "CREATE"
+            connection.execute(
+                f"{verb} ROLE {quote_identifier(role)} WITH {attributes} "
+                f"PASSWORD {_literal(verifier)}"
+            )
+        exists = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]
+        ).fetchone()
+        if exists is None:
+            connection.execute(
+                f"CREATE DATABASE {quote_identifier(DATABASE_NAME)} OWNER {OWNER_ROLE}"
+            )
+        else:
+            connection.execute(
+                f"ALTER DATABASE {quote_identifier(DATABASE_NAME)} OWNER TO {OWNER_ROLE}"
+            )
+    for dbname in ("template1", DATABASE_NAME):
+        with _superuser_connection(layout, dbname) as connection:
+            for extension in EXTENSIONS:
+                connection.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+            if dbname == DATABASE_NAME:
+                _owner_takes_over(connection)
+    if _hba_write(layout, user):
+        with _superuser_connection(layout) as connection:
+            connection.execute("SELECT pg_reload_conf()")
+
+
+def quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+# Everything in the public schema that is not the owner's (a folder from before the owner role
+# has it all owned by the superuser) goes to the owner, extension members excepted; a sequence
+# that belongs to a column moves with its table.
+_OWNER_TAKES_OVER = f"""
+DO $$
+DECLARE
+    item record;
+BEGIN
+    FOR item IN
+        SELECT c.oid::regclass AS name, c.relkind FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+          AND c.relowner <> '{OWNER_ROLE}'::regrole
+          AND NOT EXISTS (
+              SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+              AND d.objid = c.oid AND d.deptype IN ('e', 'a', 'i'))
+        ORDER BY c.relkind = 'S'
+    LOOP
+        EXECUTE format('ALTER %s %s OWNER TO {OWNER_ROLE}',
+            CASE item.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                WHEN 'f' THEN 'FOREIGN TABLE' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
+            item.name);
+    END LOOP;
+    FOR item IN
+        SELECT p.oid::regprocedure AS name FROM pg_proc p
+        JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'public' AND p.proowner <> '{OWNER_ROLE}'::regrole
+          AND NOT EXISTS (
+              SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
+              AND d.objid = p.oid AND d.deptype = 'e')
+    LOOP
+        EXECUTE format('ALTER ROUTINE %s OWNER TO {OWNER_ROLE}', item.name);
+    END LOOP;
+END
+$$;
+"""  # noqa: S608 (constants only)
+
+
+def _owner_takes_over(connection: Any) -> None:
+    """Hand the schema to the owner and give the service's role its privileges, as the owner."""
+    from config.database import app_role_privileges_grant
+
+    connection.execute(_OWNER_TAKES_OVER)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET ROLE {OWNER_ROLE}")
+        try:
+            app_role_privileges_grant(cursor, app_role=APP_ROLE, owner_role=OWNER_ROLE)
+        finally:
+            cursor.execute("RESET ROLE")
 
 
 def postgres_stop(layout: EmbeddedLayout) -> None:
@@ -261,19 +513,6 @@ def postgres_stop(layout: EmbeddedLayout) -> None:
         [_postgres_bin("pg_ctl"), "-D", str(layout.pgdata), "-w", "-m", "fast", "stop"],
         check=False,
     )
-
-
-def _ensure_database(layout: EmbeddedLayout) -> None:
-    import psycopg
-
-    with psycopg.connect(
-        host=str(layout.socket_dir), user=DATABASE_USER, dbname="postgres", autocommit=True
-    ) as connection:
-        exists = connection.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]
-        ).fetchone()
-        if exists is None:
-            connection.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
 
 
 def _run_as(

@@ -14,7 +14,7 @@ from typing import Any
 import dj_database_url
 import django_stubs_ext
 
-from config.embedded import EmbeddedLayout
+from config.embedded import OWNER_ROLE, EmbeddedLayout
 from config.env import (
     ConfigError,
     env_bool,
@@ -45,6 +45,17 @@ def _secret_key() -> str:
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
     return path.read_text().strip()
+
+
+def _owner_database(url: str, service: dict[str, Any]) -> dict[str, Any]:
+    """DATABASE_MIGRATE_URL: the owner's way into the same database as DATABASE_URL."""
+    owner = dict(dj_database_url.parse(url))
+    if owner.get("NAME") != service.get("NAME"):
+        raise ConfigError(
+            f"DATABASE_MIGRATE_URL names database {owner.get('NAME')!r} but DATABASE_URL "
+            f"names {service.get('NAME')!r}; both must reach the same database."
+        )
+    return owner
 
 
 SECRET_KEY = _secret_key()
@@ -84,6 +95,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "ledger.middleware.TenantMembershipMiddleware",
+    "ledger.receipts.LedgerReceiptMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -106,13 +118,24 @@ TEMPLATES = [
 ]
 
 # --- Database ---------------------------------------------------------------------------------
+# The service connects as a role that owns nothing and cannot switch the ledger's triggers off;
+# migrations run as the owner of the tables (config/database.py, docs/operations.md).
 DATABASE_URL = env_str("DATABASE_URL")
+DATABASE_MIGRATE_URL = env_str("DATABASE_MIGRATE_URL")
 DATABASES: dict[str, dict[str, Any]]
+DATABASE_OWNER: dict[str, Any] | None
 if DATABASE_URL:
     DATABASES = {"default": dict(dj_database_url.parse(DATABASE_URL, conn_max_age=60))}
+    DATABASE_OWNER = (
+        _owner_database(DATABASE_MIGRATE_URL, DATABASES["default"])
+        if DATABASE_MIGRATE_URL
+        else None
+    )
 else:
     DATABASES = {"default": {**EMBEDDED.database_settings(), "CONN_MAX_AGE": 60}}
+    DATABASE_OWNER = EMBEDDED.database_settings(OWNER_ROLE)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASE_APP_ROLE = str(DATABASES["default"].get("USER") or "")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis and Celery -------------------------------------------------------------------------
@@ -315,6 +338,14 @@ LOGGING = {
 LEDGER_MAX_PAYLOAD_BYTES = env_int("LEDGER_MAX_PAYLOAD_BYTES", 1024 * 1024)
 LEDGER_MAX_BATCH = env_int("LEDGER_MAX_BATCH", 1000)
 IDEMPOTENCY_RETENTION_HOURS = env_int("IDEMPOTENCY_RETENTION_HOURS", 24)
+# Signed checkpoints of every chain's head, kept where the database's roles cannot write
+# (ledger/anchors.py). The key: LEDGER_ANCHOR_KEY (base64 of a 32-byte Ed25519 private key), else
+# the file LEDGER_ANCHOR_KEY_FILE, generated on first use.
+LEDGER_ANCHOR_DIR = env_path("LEDGER_ANCHOR_DIR", DATA_DIR / "ledger-anchors", base=BASE_DIR)
+LEDGER_ANCHOR_KEY = env_str("LEDGER_ANCHOR_KEY")
+LEDGER_ANCHOR_KEY_FILE = env_path(
+    "LEDGER_ANCHOR_KEY_FILE", DATA_DIR / "ledger_anchor_key", base=BASE_DIR
+)
 
 # --- Memory -------------------------------------------------------------------------------------
 MEMORY_MAX_CONTENT_CHARS = env_int("MEMORY_MAX_CONTENT_CHARS", 100_000)

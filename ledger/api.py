@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from config.api import ApiError, CursorPagination
 from ledger import services
 from ledger.models import Agent, ApiKey, Event, RecallSettings, Role
+from ledger.receipts import receipt_parse, receipt_verify
 from ledger.scoping import TenantScopedViewSet
 from ledger.selectors import event_chain_verify, event_visible_to
 from ledger.serializers import (
@@ -34,6 +35,8 @@ from ledger.serializers import (
     EventBatchSerializer,
     EventSerializer,
     RecallSettingsSerializer,
+    ReceiptReportSerializer,
+    ReceiptVerifySerializer,
 )
 
 IDEMPOTENCY_PARAMETER = OpenApiParameter(
@@ -184,8 +187,16 @@ class EventCursorPagination(CursorPagination):
         parameters=[IDEMPOTENCY_PARAMETER],
     ),
     verify=extend_schema(
-        summary="Verify the tenant's hash chain and report the first broken link",
+        summary="Verify the hash chain against its signed checkpoints; report the first break",
         responses=ChainReportSerializer,
+    ),
+    verify_receipt=extend_schema(
+        summary="Check that the ledger still holds the history a Ledger-Receipt names",
+        description="Every response to a request that appended events carries a "
+        "`Ledger-Receipt: <tenant>:<seq>:<hash>` header; keep it, and send it here later. "
+        "Answers 200 either way: `ok` false with a `code` when the history changed.",
+        request=ReceiptVerifySerializer,
+        responses=ReceiptReportSerializer,
     ),
 )
 class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
@@ -195,10 +206,12 @@ class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
     lookup_field = "seq"
     lookup_value_regex = r"\d+"
     write_role = Role.AGENT
-    role_by_action = {"verify": Role.REVIEWER}
+    # Any key of the tenant may check a receipt: the writer that holds it is often an agent.
+    role_by_action = {"verify": Role.REVIEWER, "verify_receipt": Role.AGENT}
     # Appends are made as the key's agent (EventAppendSerializer); verifying reads the whole
-    # tenant's chain.
-    agent_bound_actions = frozenset({"list", "retrieve", "create", "batch"})
+    # tenant's chain. A receipt check answers only whether history the caller was handed still
+    # holds, naming no other event's contents.
+    agent_bound_actions = frozenset({"list", "retrieve", "create", "batch", "verify_receipt"})
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         agent = self.principal.agent
@@ -246,6 +259,14 @@ class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
     def verify(self, request: Request) -> Response:
         report = event_chain_verify(tenant=self.tenant)
         return Response(ChainReportSerializer(report).data)
+
+    @action(detail=False, methods=["post"], url_path="verify-receipt")
+    def verify_receipt(self, request: Request) -> Response:
+        serializer = ReceiptVerifySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        receipt = receipt_parse(serializer.validated_data["receipt"])
+        report = receipt_verify(tenant=self.tenant, receipt=receipt)
+        return Response(ReceiptReportSerializer(report).data)
 
 
 def _batch_error(errors: Any) -> ApiError:

@@ -56,6 +56,7 @@ UNHEALTHY_AFTER_FAILURES = 3
 LAST_RUNS_SHOWN = 5
 RUNS_KEPT_DAYS = 30
 CHAIN_VERIFY_JOB = "ledger.chain_verify"
+CHECKPOINT_JOB = "ledger.checkpoint"
 
 
 class Batch(NamedTuple):
@@ -157,8 +158,16 @@ JOBS: dict[str, JobSpec] = {
         JobSpec(
             CHAIN_VERIFY_JOB,
             "ledger.tasks.event_chains_verify",
-            "Verify every tenant's hash chain; a broken chain fails the run.",
+            "Verify every tenant's hash chain against its checkpoints and sign the verified head; "
+            "a broken chain fails the run.",
             Daily(hour=3),
+        ),
+        JobSpec(
+            CHECKPOINT_JOB,
+            "ledger.tasks.chains_checkpoint",
+            "Verify what each chain appended since its last checkpoint and sign its head into "
+            "the checkpoint files outside the database.",
+            Every(minutes=5),
         ),
         JobSpec(
             "ledger.idempotency_expiry",
@@ -500,13 +509,14 @@ class ChainCheck:
     running_since: datetime | None = None
 
 
-def chain_check_status(*, tenant: Tenant) -> ChainCheck:
-    """The tenant's chain as of the last complete verification run (``ledger.chain_verify``).
+def chain_check_status(*, tenant: Tenant, job: str = CHAIN_VERIFY_JOB) -> ChainCheck:
+    """The tenant's chain as of the last complete run of ``job`` (the nightly verification, or
+    the frequent checkpoint job, which checks what was appended since the last checkpoint).
 
     A complete run (``details.done``) walked every tenant and lists the broken ones; only this
     tenant's entry is read, so nothing about another tenant shows. Two index reads of JobRun.
     """
-    runs = JobRun.objects.filter(job=CHAIN_VERIFY_JOB).order_by("-started_at", "-pk")
+    runs = JobRun.objects.filter(job=job).order_by("-started_at", "-pk")
     latest = runs.exclude(status=JobRun.Status.SKIPPED).first()
     running_since = latest.started_at if latest and latest.status == JobRun.Status.RUNNING else None
     complete = runs.filter(

@@ -12,6 +12,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 from django.db.models import Q
 
+from ledger.anchors import Checkpoint, CheckpointLog, checkpoints_read
 from ledger.chain import event_hash
 from ledger.models import Agent, ApiKey, Event, Membership, RecallSettings, Tenant
 
@@ -31,26 +32,68 @@ def api_key_by_secret(*, raw_key: str) -> ApiKey | None:
 
 @dataclass(frozen=True)
 class ChainReport:
+    """What a walk of a tenant's chain found. ``code`` is stable (clients may branch on it):
+    "" when ok, else ``event_missing``, ``link_broken``, ``hash_mismatch`` (the database's own
+    evidence), ``checkpoint_mismatch``, ``ledger_truncated`` or ``checkpoint_invalid`` (the
+    evidence of the checkpoints kept outside it, ledger/anchors.py)."""
+
     ok: bool
     events_checked: int
     first_broken_seq: int | None = None
     reason: str = ""
+    code: str = ""
+    # The last event walked (the head, unless the walk stopped early or at until_seq).
+    head_seq: int = 0
+    head_hash: str = ""
+    # The newest checkpoint the chain was held against, if any.
+    checkpoint_seq: int | None = None
+    checkpoint_at: datetime | None = None
 
 
-def event_chain_verify(*, tenant: Tenant) -> ChainReport:
+def _broken(checked: int, seq: int, code: str, reason: str, **more: Any) -> ChainReport:
+    return ChainReport(False, checked, seq, reason, code, **more)
+
+
+def event_chain_verify(
+    *, tenant: Tenant, until_seq: int | None = None, since: CheckpointLog | None = None
+) -> ChainReport:
     """Walk the tenant's chain in seq order and report the first link that does not hold.
+
+    Every checkpoint of the tenant (ledger/anchors.py) is held against the event at its seq, and
+    a chain that ends below the newest one was truncated. ``until_seq`` stops the walk there (a
+    receipt's event). ``since`` (the tenant's checkpoint log) starts the walk at its newest
+    checkpoint instead of at event 1, after checking that event still carries the signed hash:
+    what the frequent checkpoint job verifies.
 
     Streams keyset-paginated batches of plain tuples (no model instances), so memory stays flat
     however long the chain.
     """
-    expected_seq = 1
-    prev_hash = Event.GENESIS_HASH
+    log = since if since is not None else checkpoints_read(tenant_id=tenant.pk)
+    if log.problem:
+        return _broken(0, 0, "checkpoint_invalid", f"a checkpoint cannot be trusted: {log.problem}")
+    checkpoints = list(log.checkpoints)
+    anchored: dict[str, Any] = {
+        "checkpoint_seq": checkpoints[-1].seq if checkpoints else None,
+        "checkpoint_at": checkpoints[-1].signed_at if checkpoints else None,
+    }
+    start = checkpoints[-1] if since is not None and checkpoints else None
+    expected_seq, prev_hash = 1, Event.GENESIS_HASH
+    if start is not None:
+        stored = event_hash_at(tenant=tenant, seq=start.seq)
+        if stored is None or stored != start.hash:
+            return _anchor_broken(tenant, start, stored, matched=None, checked=0, anchored=anchored)
+        expected_seq, prev_hash = start.seq + 1, start.hash
+        checkpoints = []
+    pending = iter(checkpoints)
+    next_checkpoint = next(pending, None)
+    matched: Checkpoint | None = None
     checked = 0
-    after_seq = 0
-    while True:
-        batch = _chain_batch(tenant.pk, after_seq)
+    head_seq, head_hash = expected_seq - 1, prev_hash
+    after_seq = expected_seq - 1
+    while until_seq is None or after_seq < until_seq:
+        batch = _chain_batch(tenant.pk, after_seq, until_seq)
         if not batch:
-            return ChainReport(ok=True, events_checked=checked)
+            break
         after_seq = batch[-1][0]
         for (
             seq,
@@ -65,12 +108,20 @@ def event_chain_verify(*, tenant: Tenant) -> ChainReport:
             digest,
         ) in batch:
             if seq != expected_seq:
-                return ChainReport(
-                    False, checked, expected_seq, f"event #{expected_seq} is missing"
+                return _broken(
+                    checked,
+                    expected_seq,
+                    "event_missing",
+                    f"event #{expected_seq} is missing",
+                    **anchored,
                 )
             if prev != prev_hash:
-                return ChainReport(
-                    False, checked, seq, "prev_hash does not match the previous event's hash"
+                return _broken(
+                    checked,
+                    seq,
+                    "link_broken",
+                    "prev_hash does not match the previous event's hash",
+                    **anchored,
                 )
             recomputed = event_hash(
                 tenant_id=tenant.pk,
@@ -85,19 +136,91 @@ def event_chain_verify(*, tenant: Tenant) -> ChainReport:
                 prev_hash=prev,
             )
             if recomputed != digest:
-                return ChainReport(False, checked, seq, "contents do not match the stored hash")
+                return _broken(
+                    checked,
+                    seq,
+                    "hash_mismatch",
+                    "contents do not match the stored hash",
+                    **anchored,
+                )
+            while next_checkpoint is not None and next_checkpoint.seq == seq:
+                if next_checkpoint.hash != digest:
+                    return _anchor_broken(
+                        tenant, next_checkpoint, digest, matched, checked, anchored
+                    )
+                matched, next_checkpoint = next_checkpoint, next(pending, None)
             prev_hash = digest
+            head_seq, head_hash = seq, digest
             expected_seq += 1
             checked += 1
+    if until_seq is None and next_checkpoint is not None:
+        # The walk ended below a checkpointed seq: the chain lost its newest events.
+        return _anchor_broken(tenant, checkpoints[-1], None, matched, checked, anchored)
+    return ChainReport(True, checked, head_seq=head_seq, head_hash=head_hash, **anchored)
 
 
-def _chain_batch(tenant_id: int, after_seq: int) -> list[tuple[Any, ...]]:
+def event_hash_at(*, tenant: Tenant, seq: int) -> str | None:
+    """The stored hash of the tenant's event ``seq``; None when there is none."""
+    return Event.objects.filter(tenant=tenant, seq=seq).values_list("hash", flat=True).first()
+
+
+def event_head_seq(*, tenant: Tenant) -> int:
+    """The seq of the tenant's newest event; 0 for an empty chain."""
+    head = Event.objects.filter(tenant=tenant).order_by("-seq").values_list("seq", flat=True)
+    return head.first() or 0
+
+
+def _anchor_broken(
+    tenant: Tenant,
+    checkpoint: Checkpoint,
+    stored: str | None,
+    matched: Checkpoint | None,
+    checked: int,
+    anchored: dict[str, Any],
+) -> ChainReport:
+    """The report for an event that disagrees with a checkpoint (absent: ``stored`` None)."""
+    signed = f"the checkpoint signed {checkpoint.signed_at:%Y-%m-%d %H:%M:%S} UTC"
+    if stored is None:
+        last = event_head_seq(tenant=tenant)
+        if last < checkpoint.seq:
+            removed = (
+                f"event #{checkpoint.seq} was"
+                if last + 1 == checkpoint.seq
+                else f"events #{last + 1}-#{checkpoint.seq} were"
+            )
+            return _broken(
+                checked,
+                last + 1,
+                "ledger_truncated",
+                f"the chain ends at event #{last}, but {signed} recorded event "
+                f"#{checkpoint.seq}: {removed} removed",
+                **anchored,
+            )
+        return _broken(
+            checked,
+            checkpoint.seq,
+            "event_missing",
+            f"event #{checkpoint.seq}, which {signed} recorded, is missing",
+            **anchored,
+        )
+    since = f"after event #{matched.seq} (the last checkpoint that holds)" if matched else ""
+    return _broken(
+        checked,
+        checkpoint.seq,
+        "checkpoint_mismatch",
+        f"event #{checkpoint.seq} does not carry the hash {signed} recorded: history up to it "
+        f"was rewritten{' ' + since if since else ''} and its hashes recomputed",
+        **anchored,
+    )
+
+
+def _chain_batch(tenant_id: int, after_seq: int, until_seq: int | None) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT seq, run_id, round_id, turn, actor, kind, payload::text, created_at,"
-            " prev_hash, hash FROM ledger_event WHERE tenant_id = %s AND seq > %s"
+            " prev_hash, hash FROM ledger_event WHERE tenant_id = %s AND seq > %s AND seq <= %s"
             " ORDER BY seq LIMIT %s",
-            [tenant_id, after_seq, _VERIFY_BATCH],
+            [tenant_id, after_seq, until_seq if until_seq is not None else 2**62, _VERIFY_BATCH],
         )
         return list(cursor.fetchall())
 

@@ -188,8 +188,35 @@ class EventBatchSerializer(serializers.Serializer[list[EventDraft]]):
 
 class ChainReportSerializer(serializers.Serializer[Any]):
     ok = serializers.BooleanField()
+    code = serializers.CharField(
+        help_text="Empty when ok; else event_missing, link_broken, hash_mismatch, "
+        "checkpoint_mismatch, ledger_truncated or checkpoint_invalid (docs/ledger.md)."
+    )
     events_checked = serializers.IntegerField()
     first_broken_seq = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    head_seq = serializers.IntegerField(help_text="The last event verified.")
+    head_hash = serializers.CharField()
+    checkpoint_seq = serializers.IntegerField(
+        allow_null=True, help_text="The newest signed checkpoint the chain was held against."
+    )
+    checkpoint_at = serializers.DateTimeField(allow_null=True)
+
+
+class ReceiptVerifySerializer(serializers.Serializer[Any]):
+    receipt = serializers.CharField(
+        max_length=200,
+        help_text="A Ledger-Receipt header value: <tenant>:<seq>:<hash>.",
+    )
+
+
+class ReceiptReportSerializer(serializers.Serializer[Any]):
+    ok = serializers.BooleanField()
+    receipt = serializers.CharField()
+    code = serializers.CharField(
+        help_text="Empty when ok; else receipt_mismatch, ledger_truncated, or the code of the "
+        "first break in the chain up to the receipt's event."
+    )
     reason = serializers.CharField()
 
 

@@ -48,6 +48,7 @@ from ledger.names import (
 )
 from ledger.names import SYSTEM_ACTOR as SYSTEM_ACTOR  # the ledger's actors are imported from here
 from ledger.projections import AGENT_DELETED, agent_deletion_steps, projections_after_append
+from ledger.receipts import receipt_record
 
 API_KEY_PREFIX = "amk_"
 _VISIBLE_PREFIX_LENGTH = 12
@@ -175,6 +176,7 @@ def events_append(*, tenant: Tenant, drafts: Sequence[EventDraft]) -> list[Event
             )
             prev_hash = digest
         created = Event.objects.bulk_create(events)
+        receipt_record(tenant=tenant, seq=seq, digest=prev_hash)
         ids = [event.pk for event in created]
         # Robust: the events are committed, so a failure to queue their follow-up work (Redis
         # down mid-request) must not turn the answer into an error; the backfill job catches up.

@@ -17,8 +17,9 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from config.views import HtmxHttpRequest
+from ledger.anchors import checkpoint_latest
 from ledger.forms import EventFilterForm
-from ledger.jobs import JobStatus, chain_check_status, job_statuses
+from ledger.jobs import CHECKPOINT_JOB, JobStatus, chain_check_status, job_statuses
 from ledger.models import Agent, Event, Membership, Role
 from ledger.selectors import (
     EVENT_PAYLOAD_PREVIEW_CHARS,
@@ -109,8 +110,14 @@ def ledger_browser(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "ledger/partials/event_rows.html", context | {"appended": True})
     if partial_wanted(request):
         return render(request, "ledger/partials/events.html", context)
+    chain = chain_check_status(tenant=tenant)
+    anchor_check = chain_check_status(tenant=tenant, job=CHECKPOINT_JOB)
     context |= {
-        "chain": chain_check_status(tenant=tenant),
+        "chain": chain,
+        "anchor_check": anchor_check,
+        # Either check finding the chain broken makes the panel say so.
+        "chain_state": "broken" if anchor_check.state == "broken" else chain.state,
+        "checkpoint": checkpoint_latest(tenant_id=tenant.pk),
         "overview": tenant_overview(tenant=tenant, agent_limit=0),
         "actors": Agent.objects.for_tenant(tenant)
         .order_by("name")

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.test import APIClient
 
-from config import embedded
+from config import database, embedded
 from ledger import services
 from ledger.models import Agent, ApiKey, Role, Tenant
 from memory.embeddings import embedder_reset
@@ -40,16 +40,74 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         stop(settings.EMBEDDED)
 
 
+# Who the service connects as, before any fixture swaps the connection for the owner's.
+SERVICE_CONNECTION = database.connection_fields()
+
+
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
-    # Django empties tables between transactional tests with TRUNCATE, which the ledger's
-    # append-only trigger refuses. The TRUNCATE trigger is switched off in the test database only;
-    # the UPDATE/DELETE trigger stays on, and the test of the TRUNCATE guard turns it back on
-    # inside its own transaction.
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None,
+) -> Iterator[None]:
+    """The test database is created, migrated and dropped by the owner role, as in production;
+    the tests themselves run as the service's role (``django_db_setup`` below)."""
+    with database.database_as_owner():
+        yield
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     from django.db import connection
 
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate")
+    # Servers and workers the tests start keep checkpoints of this run's fresh test database
+    # apart from those of earlier runs, whose tenant ids repeat.
+    os.environ["LEDGER_ANCHOR_DIR"] = str(tmp_path_factory.getbasetemp() / "ledger-anchors-servers")
+
+    if database.database_owner_settings() is not None:
+        # The one grant the service's role has here and not in production: MAINTAIN, for the
+        # tests that ANALYZE, VACUUM or REINDEX to pin a query plan. It changes no row and no
+        # trigger.
+        role = embedded.quote_identifier(settings.DATABASE_APP_ROLE)
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(f"GRANT MAINTAIN ON ALL TABLES IN SCHEMA public TO {role}")
+    with database.database_connected_as(SERVICE_CONNECTION):
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_as_owner() -> Iterator[None]:
+    """Django empties the tables after a transactional test with TRUNCATE, which the service's
+    role may not do to the ledger (and its trigger refuses to anyone): the owner does it, with the
+    trigger off for that one transaction, so the test database keeps every guard production has.
+    """
+    from django.db import transaction
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
+        alias = self.connection.alias
+        with (
+            database.database_as_owner(alias),
+            transaction.atomic(using=alias),
+            self.connection.cursor() as cursor,
+        ):
+            cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate")
+            for statement in sql_list:
+                cursor.execute(statement)
+            cursor.execute("ALTER TABLE ledger_event ENABLE TRIGGER ledger_event_no_truncate")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _own_ledger_anchors(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every test gets its own checkpoint folder (created when first written): a test's tenants
+    are rolled back or flushed afterwards, and a later verification would rightly report the
+    checkpoints of tenants gone from the database as tampering."""
+    base = tmp_path_factory.getbasetemp() / "ledger-anchors"
+    settings.LEDGER_ANCHOR_DIR = base / uuid.uuid4().hex
 
 
 @pytest.fixture(autouse=True)

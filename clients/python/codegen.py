@@ -41,6 +41,7 @@ RENAMES = {
     "v1_trust_import_create": "trust_import",
     "v1_trust_recompute_create": "trust_recompute",
     "v1_events_verify_retrieve": "events_verify",
+    "v1_events_verify_receipt_create": "events_verify_receipt",
     "v1_trust_metrics_retrieve": "trust_metrics",
     "v1_trust_export_retrieve": "trust_export",
 }

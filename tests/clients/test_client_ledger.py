@@ -70,6 +70,23 @@ def test_it_appends_reads_pages_and_verifies_events(admin: Client):
     assert admin.events_verify()["ok"] is True
 
 
+def test_it_keeps_the_receipt_of_its_last_write_and_checks_it(tenant_keys, admin: Client):
+    assert admin.last_receipt is None
+    written = admin.events_create(kind=NOTE, actor="system", payload={"n": 1})
+    receipt = admin.last_receipt
+    assert receipt == f"{tenant_keys.slug}:{written['seq']}:{written['hash']}"
+    assert receipt is not None
+    admin.events_list()  # a read leaves the receipt of the last write alone
+    assert admin.last_receipt == receipt
+
+    report = admin.events_verify_receipt(receipt=receipt)
+
+    assert report == {"ok": True, "receipt": receipt, "code": "", "reason": ""}
+    with pytest.raises(BadRequestError) as caught:
+        admin.events_verify_receipt(receipt="not a receipt")
+    assert caught.value.code == "invalid_receipt"
+
+
 def test_it_reads_and_changes_recall_settings_and_lists_jobs(admin: Client):
     assert admin.recall_settings_update(max_recent=7)["max_recent"] == 7
     assert admin.recall_settings_get()["max_recent"] == 7

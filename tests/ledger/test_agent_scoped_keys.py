@@ -73,6 +73,8 @@ AGENT_BOUND = {
     "get /api/v1/agents/{id}/",
     "get /api/v1/events/",
     "post /api/v1/events/",
+    # Whether history the caller was handed still holds: no other event's contents.
+    "post /api/v1/events/verify-receipt/",
     "post /api/v1/events/batch/",
     "get /api/v1/events/{seq}/",
     "get /api/v1/recall-settings/",

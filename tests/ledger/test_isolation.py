@@ -59,6 +59,9 @@ ENDPOINTS = [
     Endpoint("post", "/api/v1/events/batch/", Role.AGENT, {"events": [SPOKEN, SPOKEN]}),
     Endpoint("get", "/api/v1/events/{seq}/", Role.AGENT, target="event"),
     Endpoint("get", "/api/v1/events/verify/", Role.REVIEWER),
+    Endpoint(
+        "post", "/api/v1/events/verify-receipt/", Role.AGENT, {"receipt": f"acme:1:{'0' * 64}"}
+    ),
     Endpoint("get", "/api/v1/recall-settings/", Role.AGENT),
     Endpoint("patch", "/api/v1/recall-settings/", Role.ADMIN, {"top_k": 3}),
     # Global job status, no tenant data (ledger/jobs_api.py): admins of every tenant see the same.

@@ -242,10 +242,11 @@ def test_every_tenants_admin_sees_the_same_global_status(tenant, other_tenant, a
     assert "details" not in decay["last_runs"][0]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_broken_chain_fails_the_verification_run_without_naming_the_tenant(tenant, other_tenant):
     from ledger.tasks import event_chains_verify_task
-    from tests.ledger.test_chain import append_n, tamper
+    from tests.ledger.test_chain import append_n
+    from tests.tampering import tamper
 
     append_n(tenant, 3)
     events = append_n(other_tenant, 3)

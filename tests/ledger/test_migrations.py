@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from config.database import database_as_owner
 from ledger.models import ApiKey, Event, IdempotencyRecord, Role
 from ledger.selectors import event_chain_verify
 from ledger.services import agent_create, api_key_create, tenant_create
@@ -17,9 +18,11 @@ BEFORE_ADMIN_KEYS_WERE_TENANT_WIDE = [("ledger", "0009_agent_name_key")]
 
 
 def migrate(targets: list[tuple[str, str]]) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
+    # Schema changes are the owner's to make; the service's role may not (config/database.py).
+    with database_as_owner():
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(targets)
 
 
 @pytest.fixture

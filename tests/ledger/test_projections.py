@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from ledger import services
 from ledger.models import Agent, Event
 from ledger.projections import projection_rebuild, registered_projections
-from tests.ledger.test_chain import tamper
+from tests.tampering import tamper
 
 pytestmark = pytest.mark.django_db
 
@@ -75,6 +75,7 @@ def test_the_rebuild_command_repairs(tenant, make_agent):
     assert Agent.objects.get(pk=agent.pk).model == "m1"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_verify_command_exits_non_zero_on_a_broken_chain(tenant):
     event = services.event_append(tenant=tenant, kind="world.observed", actor="system")
     out = StringIO()

@@ -166,7 +166,8 @@ def test_every_job_runs_through_the_worker(agent, celery_worker):
 def _worker_env(**extra: str) -> dict[str, str]:
     database = connection.settings_dict
     url = (
-        f"postgresql://{urllib.parse.quote(str(database['USER']))}@"
+        f"postgresql://{urllib.parse.quote(str(database['USER']))}"
+        f":{urllib.parse.quote(str(database['PASSWORD'] or ''), safe='')}@"
         f"{urllib.parse.quote(str(database['HOST']), safe='')}"
         f"{':' + str(database['PORT']) if database['PORT'] else ''}/{database['NAME']}"
     )

@@ -557,11 +557,25 @@ class AsyncClient(AsyncTransport):
         )
 
     async def events_verify(self) -> types.ChainReport:
-        """Verify the tenant's hash chain and report the first broken link.
+        """Verify the hash chain against its signed checkpoints; report the first break.
 
         ``GET /api/v1/events/verify/``
         """
         return cast("types.ChainReport", await self.request(Call("GET", "/events/verify/")))
+
+    async def events_verify_receipt(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.ReceiptVerifyRequest]
+    ) -> types.ReceiptReport:
+        """Check that the ledger still holds the history a Ledger-Receipt names.
+
+        ``POST /api/v1/events/verify-receipt/``
+        """
+        return cast(
+            "types.ReceiptReport",
+            await self.request(
+                Call("POST", "/events/verify-receipt/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
 
     async def flags_list(
         self,

@@ -30,6 +30,8 @@ API_PREFIX = "/api/v1"
 # Answers that mean "nothing was done, try again later": 503 is the service's own answer while
 # PostgreSQL or Redis is down; 502/504 come from a proxy in front of it; 429 is the rate limit.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# Sent with every answer to a request that appended ledger events.
+RECEIPT_HEADER = "Ledger-Receipt"
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,9 @@ class _Base:
         }
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        # The Ledger-Receipt of the latest answer that carried one ("<tenant>:<seq>:<hash>"):
+        # keep it, and check later with events_verify_receipt that the ledger still holds it.
+        self.last_receipt: str | None = None
 
     def _prepare(self, call: Call) -> tuple[str, dict[str, str], bytes | None]:
         headers = dict(self._headers)
@@ -149,8 +154,10 @@ class _Base:
             headers["Idempotency-Key"] = call.idempotency_key or str(uuid.uuid4())
         return API_PREFIX + call.path, headers, content
 
-    @staticmethod
-    def _decode(response: httpx.Response) -> Any:
+    def _decode(self, response: httpx.Response) -> Any:
+        receipt = response.headers.get(RECEIPT_HEADER)
+        if receipt is not None:
+            self.last_receipt = receipt
         if response.status_code == 204 or not response.content:
             body: Any = None
         else:

@@ -53,6 +53,11 @@ OPERATIONS: dict[str, tuple[str, str, str]] = {
     "v1_events_retrieve": ("GET", "/api/v1/events/{seq}/", "events_get"),
     "v1_events_batch_create": ("POST", "/api/v1/events/batch/", "events_create_batch"),
     "v1_events_verify_retrieve": ("GET", "/api/v1/events/verify/", "events_verify"),
+    "v1_events_verify_receipt_create": (
+        "POST",
+        "/api/v1/events/verify-receipt/",
+        "events_verify_receipt",
+    ),
     "v1_flags_list": ("GET", "/api/v1/flags/", "flags_list"),
     "v1_flags_retrieve": ("GET", "/api/v1/flags/{id}/", "flags_get"),
     "v1_flags_review_create": ("POST", "/api/v1/flags/{id}/review/", "flags_review"),

@@ -541,11 +541,25 @@ class Client(SyncTransport):
         )
 
     def events_verify(self) -> types.ChainReport:
-        """Verify the tenant's hash chain and report the first broken link.
+        """Verify the hash chain against its signed checkpoints; report the first break.
 
         ``GET /api/v1/events/verify/``
         """
         return cast("types.ChainReport", self.request(Call("GET", "/events/verify/")))
+
+    def events_verify_receipt(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.ReceiptVerifyRequest]
+    ) -> types.ReceiptReport:
+        """Check that the ledger still holds the history a Ledger-Receipt names.
+
+        ``POST /api/v1/events/verify-receipt/``
+        """
+        return cast(
+            "types.ReceiptReport",
+            self.request(
+                Call("POST", "/events/verify-receipt/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
 
     def flags_list(
         self,

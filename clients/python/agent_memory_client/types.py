@@ -101,9 +101,14 @@ class ArtifactVersion(TypedDict):
 
 class ChainReport(TypedDict):
     ok: bool
+    code: str
     events_checked: int
     first_broken_seq: int | None
     reason: str
+    head_seq: int
+    head_hash: str
+    checkpoint_seq: int | None
+    checkpoint_at: str | None
 
 
 class ContentClearRequest(TypedDict):
@@ -658,6 +663,17 @@ class RecallSettings(TypedDict):
     max_recent: int
     top_k: int
     reflection_threshold: int
+
+
+class ReceiptReport(TypedDict):
+    ok: bool
+    receipt: str
+    code: str
+    reason: str
+
+
+class ReceiptVerifyRequest(TypedDict):
+    receipt: str
 
 
 class ReflectionRequestRequest(TypedDict):
