@@ -109,7 +109,9 @@ def test_it_assembles_context_recalls_and_reflects(agent: Client):
     reflection = agent.reflections_create(run_id="run-7", force=True)
     assert reflection["created"] is True
     assert reflection["reflections_made"] == 1
-    assert "Plan drafted." in reflection["event"]["payload"]["summary"]
+    event = reflection["event"]
+    assert event is not None
+    assert "Plan drafted." in event["payload"]["summary"]
 
 
 def test_it_stores_retrieves_queries_snapshots_and_clears_content(agent: Client):
