@@ -9,9 +9,11 @@ class LedgerConfig(AppConfig):
 
     def ready(self) -> None:
         from ledger.agent_projection import AgentProjection
+        from ledger.jobs import CHAIN_VERIFY, CHECKPOINT, IDEMPOTENCY_EXPIRY, job_register
         from ledger.projections import projection_register, service_kinds_register
 
         projection_register(AgentProjection())
+        job_register(CHAIN_VERIFY, CHECKPOINT, IDEMPOTENCY_EXPIRY)
         service_kinds_register(
             "tenant.created",
             "membership.granted",

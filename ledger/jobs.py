@@ -17,8 +17,8 @@ rows it touched and whether work is left. ``job_run`` drives it:
   row count after every batch so a long run shows progress. A run found still ``running`` by the
   next holder of the lock died mid-run and is marked ``abandoned``.
 
-The registry only names Celery tasks (strings), so the ledger app depends on no other app; the
-tasks live in the owning apps' ``tasks.py``.
+Each app registers its jobs (``job_register``) in its ``AppConfig.ready``, with the spec kept as
+a constant beside the task it names, so the ledger app depends on no other app.
 """
 
 from __future__ import annotations
@@ -102,81 +102,41 @@ class JobSpec:
     schedule: Every | Daily
 
 
-# Default schedules; admins change them in the Django admin (Periodic tasks) without a deploy.
-JOBS: dict[str, JobSpec] = {
-    spec.name: spec
-    for spec in [
-        JobSpec(
-            "memory.decay",
-            "memory.tasks.memories_decay",
-            "Archive memories whose effective importance fell below 0.1.",
-            Every(minutes=60),
-        ),
-        JobSpec(
-            "memory.ttl",
-            "memory.tasks.memories_expire",
-            "Delete memories past their expiry and shred their content keys.",
-            Every(minutes=60),
-        ),
-        JobSpec(
-            "memory.quota",
-            "memory.tasks.memories_enforce_quota",
-            "Archive the least important memories of agents over their quota.",
-            Every(minutes=60),
-        ),
-        JobSpec(
-            "memory.embeddings_backfill",
-            "memory.tasks.embeddings_backfill",
-            "Embed memories and events stored while the embedder was unavailable.",
-            Every(minutes=10),
-        ),
-        JobSpec(
-            "trust.dissent_embeddings_backfill",
-            "trust.tasks.dissent_embeddings_backfill",
-            "Embed dissents logged while the embedder was unavailable.",
-            Every(minutes=10),
-        ),
-        JobSpec(
-            "memory.reflections",
-            "memory.tasks.reflections_trigger",
-            "Create the reflections that became due in recently active runs.",
-            Every(minutes=15),
-        ),
-        JobSpec(
-            "trust.regret_inference",
-            "trust.tasks.overrides_infer_regret",
-            "Mark regret on overrides whose deadline passed with the round's output not the "
-            "human decision.",
-            Every(minutes=5),
-        ),
-        JobSpec(
-            "trust.windows",
-            "trust.tasks.trust_windows_slide",
-            "Recompute every agent's trust score as old evidence leaves its window.",
-            Daily(hour=2),
-        ),
-        JobSpec(
-            CHAIN_VERIFY_JOB,
-            "ledger.tasks.event_chains_verify",
-            "Verify every tenant's hash chain against its checkpoints and sign the verified head; "
-            "a broken chain fails the run.",
-            Daily(hour=3),
-        ),
-        JobSpec(
-            CHECKPOINT_JOB,
-            "ledger.tasks.chains_checkpoint",
-            "Verify what each chain appended since its last checkpoint and sign its head into "
-            "the checkpoint files outside the database.",
-            Every(minutes=5),
-        ),
-        JobSpec(
-            "ledger.idempotency_expiry",
-            "ledger.tasks.idempotency_records_expire",
-            "Delete Idempotency-Key records past their lifetime.",
-            Every(minutes=60),
-        ),
-    ]
-}
+# Every job of every app, by name. Each app registers its own in ``AppConfig.ready`` (so this
+# module names no task of memory or trust); admins change the default schedules in the Django
+# admin (Periodic tasks) without a deploy.
+JOBS: dict[str, JobSpec] = {}
+
+
+def job_register(*specs: JobSpec) -> None:
+    """Add jobs to the registry. Registering the same spec again (a second ``ready``) is a no-op;
+    another spec under a taken name is a programming error."""
+    for spec in specs:
+        known = JOBS.setdefault(spec.name, spec)
+        if known != spec:
+            raise ValueError(f"job {spec.name!r} is already registered as {known!r}")
+
+
+CHAIN_VERIFY = JobSpec(
+    CHAIN_VERIFY_JOB,
+    "ledger.tasks.event_chains_verify",
+    "Verify every tenant's hash chain against its checkpoints and sign the verified head; "
+    "a broken chain fails the run.",
+    Daily(hour=3),
+)
+CHECKPOINT = JobSpec(
+    CHECKPOINT_JOB,
+    "ledger.tasks.chains_checkpoint",
+    "Verify what each chain appended since its last checkpoint and sign its head into "
+    "the checkpoint files outside the database.",
+    Every(minutes=5),
+)
+IDEMPOTENCY_EXPIRY = JobSpec(
+    "ledger.idempotency_expiry",
+    "ledger.tasks.idempotency_records_expire",
+    "Delete Idempotency-Key records past their lifetime.",
+    Every(minutes=60),
+)
 
 
 @dataclass

@@ -9,11 +9,13 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from ledger.demo import demo_seeder_register
+        from ledger.jobs import job_register
         from ledger.projections import agent_deletion_step_register, projection_register
         from memory.demo import memory_demo_seed
         from memory.knowledge_projection import KnowledgeProjection
         from memory.projections import EventEmbeddingIndex, MemoryProjection
         from memory.services import agent_memory_keys_shred
+        from memory.tasks import JOB_SPECS
         from memory.working_memory import register_kinds
 
         projection_register(EventEmbeddingIndex())
@@ -22,3 +24,4 @@ class MemoryConfig(AppConfig):
         agent_deletion_step_register(agent_memory_keys_shred)
         register_kinds()
         demo_seeder_register("memory", memory_demo_seed)
+        job_register(*JOB_SPECS)

@@ -11,6 +11,8 @@ from django.utils.dateparse import parse_datetime
 from ledger.jobs import (
     JOB_TASK_OPTIONS,
     Batch,
+    Every,
+    JobSpec,
     batches_until_short,
     job_progress,
     job_task_run,
@@ -29,6 +31,12 @@ from memory.services import (
     memories_mark_retrieved,
     memory_embeddings_backfill,
 )
+
+DECAY_JOB = "memory.decay"
+TTL_JOB = "memory.ttl"
+QUOTA_JOB = "memory.quota"
+EMBEDDINGS_BACKFILL_JOB = "memory.embeddings_backfill"
+REFLECTIONS_JOB = "memory.reflections"
 
 EMBEDDING_BACKFILL_BATCH = 256
 # Events looked at per reflection batch: the runs they touch are checked for due reflections.
@@ -64,7 +72,7 @@ def memories_mark_retrieved_task(tenant_id: int, memory_ids: list[int], at: str)
 def memories_decay_task(self: Task[Any, Any]) -> dict[str, Any]:
     return job_task_run(
         self,
-        name="memory.decay",
+        name=DECAY_JOB,
         batches=lambda: memories_decay_sweep(batch_size=settings.JOB_BATCH_SIZE),
     )
 
@@ -73,7 +81,7 @@ def memories_decay_task(self: Task[Any, Any]) -> dict[str, Any]:
 def memories_expire_task(self: Task[Any, Any]) -> dict[str, Any]:
     return job_task_run(
         self,
-        name="memory.ttl",
+        name=TTL_JOB,
         batches=lambda: memories_expire_sweep(batch_size=settings.JOB_BATCH_SIZE),
     )
 
@@ -82,7 +90,7 @@ def memories_expire_task(self: Task[Any, Any]) -> dict[str, Any]:
 def memories_enforce_quota_task(self: Task[Any, Any]) -> dict[str, Any]:
     return job_task_run(
         self,
-        name="memory.quota",
+        name=QUOTA_JOB,
         batches=lambda: memories_enforce_quota_sweep(batch_size=settings.JOB_BATCH_SIZE),
     )
 
@@ -110,10 +118,7 @@ def _embedding_batches() -> Iterator[Batch]:
 
 @shared_task(name="memory.tasks.embeddings_backfill", **JOB_TASK_OPTIONS)
 def embeddings_backfill_task(self: Task[Any, Any]) -> dict[str, Any]:
-    return job_task_run(self, name="memory.embeddings_backfill", batches=_embedding_batches)
-
-
-REFLECTIONS_JOB = "memory.reflections"
+    return job_task_run(self, name=EMBEDDINGS_BACKFILL_JOB, batches=_embedding_batches)
 
 
 def _reflection_batches() -> Iterator[Batch]:
@@ -144,3 +149,38 @@ def _reflection_batches() -> Iterator[Batch]:
 @shared_task(name="memory.tasks.reflections_trigger", **JOB_TASK_OPTIONS)
 def reflections_trigger_task(self: Task[Any, Any]) -> dict[str, Any]:
     return job_task_run(self, name=REFLECTIONS_JOB, batches=_reflection_batches)
+
+
+# The memory app's periodic jobs, registered with ledger.jobs by MemoryConfig.ready.
+JOB_SPECS = (
+    JobSpec(
+        DECAY_JOB,
+        memories_decay_task.name,
+        "Archive memories whose effective importance fell below 0.1.",
+        Every(minutes=60),
+    ),
+    JobSpec(
+        TTL_JOB,
+        memories_expire_task.name,
+        "Delete memories past their expiry and shred their content keys.",
+        Every(minutes=60),
+    ),
+    JobSpec(
+        QUOTA_JOB,
+        memories_enforce_quota_task.name,
+        "Archive the least important memories of agents over their quota.",
+        Every(minutes=60),
+    ),
+    JobSpec(
+        EMBEDDINGS_BACKFILL_JOB,
+        embeddings_backfill_task.name,
+        "Embed memories and events stored while the embedder was unavailable.",
+        Every(minutes=10),
+    ),
+    JobSpec(
+        REFLECTIONS_JOB,
+        reflections_trigger_task.name,
+        "Create the reflections that became due in recently active runs.",
+        Every(minutes=15),
+    ),
+)

@@ -8,10 +8,13 @@ class TrustConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from ledger.jobs import job_register
         from ledger.projections import projection_register
         from trust.projection import TrustProjection
+        from trust.tasks import JOB_SPECS
 
         projection_register(TrustProjection())
+        job_register(*JOB_SPECS)
 
         # Governance (trust.governance): keep this block last. Its projection is registered after
         # the core's because proposals point at the overrides the core replays, so a full rebuild

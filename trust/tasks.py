@@ -6,11 +6,22 @@ from typing import Any
 from celery import Task, shared_task
 from django.conf import settings
 
-from ledger.jobs import JOB_TASK_OPTIONS, Batch, batches_until_short, job_progress, job_task_run
+from ledger.jobs import (
+    JOB_TASK_OPTIONS,
+    Batch,
+    Daily,
+    Every,
+    JobSpec,
+    batches_until_short,
+    job_progress,
+    job_task_run,
+)
 from ledger.models import Agent, Tenant
 from trust.services import dissent_embeddings_backfill, overrides_infer_regret, trust_recompute
 
+REGRET_INFERENCE_JOB = "trust.regret_inference"
 WINDOWS_JOB = "trust.windows"
+DISSENT_EMBEDDINGS_BACKFILL_JOB = "trust.dissent_embeddings_backfill"
 
 
 def _regret_batches() -> Iterator[Batch]:
@@ -22,7 +33,7 @@ def _regret_batches() -> Iterator[Batch]:
 
 @shared_task(name="trust.tasks.overrides_infer_regret", **JOB_TASK_OPTIONS)
 def overrides_infer_regret_task(self: Task[Any, Any]) -> dict[str, Any]:
-    return job_task_run(self, name="trust.regret_inference", batches=_regret_batches)
+    return job_task_run(self, name=REGRET_INFERENCE_JOB, batches=_regret_batches)
 
 
 def _window_batches() -> Iterator[Batch]:
@@ -65,8 +76,32 @@ def trust_windows_slide_task(self: Task[Any, Any]) -> dict[str, Any]:
 def dissent_embeddings_backfill_task(self: Task[Any, Any]) -> dict[str, Any]:
     return job_task_run(
         self,
-        name="trust.dissent_embeddings_backfill",
+        name=DISSENT_EMBEDDINGS_BACKFILL_JOB,
         batches=lambda: batches_until_short(
             lambda n: dissent_embeddings_backfill(batch_size=n), batch_size=256
         ),
     )
+
+
+# The trust app's periodic jobs, registered with ledger.jobs by TrustConfig.ready.
+JOB_SPECS = (
+    JobSpec(
+        DISSENT_EMBEDDINGS_BACKFILL_JOB,
+        dissent_embeddings_backfill_task.name,
+        "Embed dissents logged while the embedder was unavailable.",
+        Every(minutes=10),
+    ),
+    JobSpec(
+        REGRET_INFERENCE_JOB,
+        overrides_infer_regret_task.name,
+        "Mark regret on overrides whose deadline passed with the round's output not the "
+        "human decision.",
+        Every(minutes=5),
+    ),
+    JobSpec(
+        WINDOWS_JOB,
+        trust_windows_slide_task.name,
+        "Recompute every agent's trust score as old evidence leaves its window.",
+        Daily(hour=2),
+    ),
+)

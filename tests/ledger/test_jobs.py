@@ -280,3 +280,26 @@ def test_sound_chains_pass_and_the_next_run_starts_over(tenant, other_tenant):
     runs = list(JobRun.objects.order_by("pk").values_list("status", "rows_touched"))
     checked = Event.objects.count()  # every event of every chain, the tenants' own included
     assert runs == [("succeeded", checked), ("succeeded", checked)]
+
+
+def test_each_app_registers_its_own_jobs():
+    from memory.tasks import JOB_SPECS as MEMORY_JOBS
+    from trust.tasks import JOB_SPECS as TRUST_JOBS
+
+    by_app = {"memory": MEMORY_JOBS, "trust": TRUST_JOBS}
+    for app, specs in by_app.items():
+        assert {name for name in JOBS if name.startswith(f"{app}.")} == {s.name for s in specs}
+        assert all(spec.task.startswith(f"{app}.tasks.") for spec in specs)
+    ledger_jobs = {spec.task for name, spec in JOBS.items() if name.startswith("ledger.")}
+    assert ledger_jobs
+    assert all(task.startswith("ledger.tasks.") for task in ledger_jobs)
+
+
+def test_a_job_name_cannot_be_registered_twice_with_another_task():
+    from ledger.jobs import Every, JobSpec, job_register
+
+    spec = next(iter(JOBS.values()))
+    job_register(spec)  # the same spec again (a second ready()) changes nothing
+    assert JOBS[spec.name] is spec
+    with pytest.raises(ValueError, match="already registered"):
+        job_register(JobSpec(spec.name, "elsewhere.tasks.other", "", Every(minutes=1)))
