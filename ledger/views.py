@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
-from django.views.decorators.vary import vary_on_headers
 
 from config.views import HtmxHttpRequest
+from config.web import membership_required, partial_wanted, tenant_membership
 from ledger.anchors import checkpoint_latest
 from ledger.forms import EventFilterForm
 from ledger.jobs import CHECKPOINT_JOB, JobStatus, chain_check_status, job_statuses
-from ledger.models import Agent, Event, Membership, Role
+from ledger.models import Agent, Event, Role
 from ledger.selectors import (
     EVENT_PAYLOAD_PREVIEW_CHARS,
     event_kinds,
@@ -28,38 +24,8 @@ from ledger.selectors import (
     tenant_overview,
 )
 
-View = Callable[..., HttpResponse]
 # The one-line payload beside each event; the whole (bounded) payload is one click away.
 PAYLOAD_SUMMARY_CHARS = 160
-
-
-def membership_required(view: View) -> View:
-    """Signed in (else the login page) and seated in a tenant (else 403).
-
-    Every seat may read the dashboards; actions that need more check the role themselves. The
-    response varies with HX-Request: one URL answers with a whole page or with a partial, and a
-    cache must not hand the partial to a full page load.
-    """
-
-    @wraps(view)
-    @vary_on_headers("HX-Request")
-    def wrapped(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if request.membership is None:
-            raise PermissionDenied("You have no seat in a tenant.")
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapped)
-
-
-def partial_wanted(request: HtmxHttpRequest) -> bool:
-    """An HTMX swap asks for a partial; HTMX restoring a page from history wants all of it."""
-    return bool(request.htmx) and not request.htmx.history_restore_request
-
-
-def tenant_membership(request: HtmxHttpRequest) -> Membership:
-    # membership_required ran first; this narrows the type for the view.
-    assert request.membership is not None
-    return request.membership
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from config.views import HtmxHttpRequest
+from config.web import membership_required, partial_wanted, tenant_membership
 from ledger.models import Agent
-from ledger.views import membership_required, partial_wanted, tenant_membership
 from memory.content_store import content_runs_savings
 from memory.forms import (
     DEFAULT_PERIOD,

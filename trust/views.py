@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -26,7 +23,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.api import ApiError
 from config.views import HtmxHttpRequest
-from ledger.models import Agent, Membership, Role
+from config.web import page_or_partial, partial_wanted, role_required, tenant_membership
+from ledger.models import Agent, Role
 from ledger.services import actor_for_user
 from trust import governance, interchange, selectors, services
 from trust.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
@@ -46,30 +44,6 @@ OVERVIEW_COLUMNS = [
     ("Regret rate", "regret", "-"),
     ("Rounds", "rounds", "-"),
 ]
-
-View = Callable[..., HttpResponse]
-
-
-def role_required(role: str) -> Callable[[View], View]:
-    """Signed in, with a seat in a tenant holding at least ``role``; 403 otherwise, so an
-    action hidden from a role is refused on the server too."""
-
-    def decorate(view: View) -> View:
-        @wraps(view)
-        def wrapped(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            membership = request.membership
-            if membership is None or not Role.allows(membership.role, role):
-                raise PermissionDenied
-            return view(request, *args, **kwargs)
-
-        return login_required(wrapped)
-
-    return decorate
-
-
-def _membership(request: HtmxHttpRequest) -> Membership:
-    assert request.membership is not None  # role_required let the request through
-    return request.membership
 
 
 def _actor(request: HtmxHttpRequest) -> str:
@@ -130,7 +104,7 @@ def _sparkline(scores: list[float]) -> str:
 @require_GET
 @role_required(Role.REVIEWER)
 def overview(request: HtmxHttpRequest) -> HttpResponse:
-    tenant = _membership(request).tenant
+    tenant = tenant_membership(request).tenant
     form = OverviewFilterForm(request.GET)
     filters = form.filters()
     now = timezone.now()
@@ -156,8 +130,12 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "window_days": settings.TRUST_WINDOW_DAYS,
         "nav_section": "trust",
     }
-    template = "trust/partials/overview_table.html" if request.htmx else "trust/overview.html"
-    return render(request, template, context)
+    return page_or_partial(
+        request,
+        page="trust/overview.html",
+        partial="trust/partials/overview_table.html",
+        context=context,
+    )
 
 
 # --- One agent ---------------------------------------------------------------------------------
@@ -165,7 +143,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
 
 def _agent_of(request: HtmxHttpRequest, pk: int) -> Agent:
     # Another tenant's agent is a plain 404, as in the API.
-    return get_object_or_404(Agent, tenant=_membership(request).tenant, pk=pk)
+    return get_object_or_404(Agent, tenant=tenant_membership(request).tenant, pk=pk)
 
 
 @require_GET
@@ -187,9 +165,9 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "nav_section": "trust",
         "now": timezone.now(),
     }
-    if request.htmx and request.htmx.target == "dissents":
+    if partial_wanted(request, "dissents"):
         return render(request, "trust/partials/agent_dissents.html", context)
-    if request.htmx and request.htmx.target == "overrides":
+    if partial_wanted(request, "overrides"):
         return render(request, "trust/partials/agent_overrides.html", context)
     now = context["now"]
     chart = selectors.trust_chart(agent=agent)
@@ -230,7 +208,7 @@ def agent_export(request: HtmxHttpRequest, pk: int) -> JsonResponse:
 def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[list[dict[str, Any]]]:
     """Each group of overrides as rows with their confirmations (one query for all groups)."""
     confirmed = selectors.override_confirmations(
-        tenant=_membership(request).tenant,
+        tenant=tenant_membership(request).tenant,
         override_ids=[o.pk for group in groups for o in group],
     )
     return [
@@ -241,7 +219,7 @@ def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[li
 @require_GET
 @role_required(Role.REVIEWER)
 def review_queue(request: HtmxHttpRequest) -> HttpResponse:
-    tenant = _membership(request).tenant
+    tenant = tenant_membership(request).tenant
     now = timezone.now()
     waiting = Paginator(selectors.overrides_waiting(tenant=tenant, now=now), WAITING_PER_PAGE)
     waiting_page = waiting.get_page(request.GET.get("waiting"))
@@ -250,9 +228,9 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
         "waiting_links": _pager_links(request, waiting_page, "waiting"),
         "now": now,
         "nav_section": "review",
-        "is_admin": Role.allows(_membership(request).role, Role.ADMIN),
+        "is_admin": Role.allows(tenant_membership(request).role, Role.ADMIN),
     }
-    if request.htmx and request.htmx.target == "waiting":
+    if partial_wanted(request, "waiting"):
         (context["waiting_rows"],) = _override_rows(request, list(waiting_page))
         return render(request, "trust/partials/waiting_overrides.html", context)
     context["waiting_rows"], context["recent_rows"] = _override_rows(
@@ -271,7 +249,7 @@ def _answer(
 ) -> HttpResponse:
     """The changed row for HTMX (swapped in place); otherwise back to the queue (POST, then
     redirect), with the error as a message."""
-    if request.htmx:
+    if partial_wanted(request):
         return render(request, template, {**context, "error": error})
     if error:
         messages.error(request, error)
@@ -280,7 +258,7 @@ def _answer(
 
 def _override_of(request: HtmxHttpRequest, pk: int) -> Override:
     override: Override = get_object_or_404(
-        selectors.overrides_for_review(tenant=_membership(request).tenant), pk=pk
+        selectors.overrides_for_review(tenant=tenant_membership(request).tenant), pk=pk
     )
     return override
 
@@ -332,7 +310,7 @@ def override_confirm(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def flag_review(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     flag = get_object_or_404(
         GamingFlag.objects.select_related("agent", "tenant"),
-        tenant=_membership(request).tenant,
+        tenant=tenant_membership(request).tenant,
         pk=pk,
     )
     error = _decision(
@@ -351,7 +329,7 @@ def flag_review(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def proposal_decide(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     proposal = get_object_or_404(
         RubricProposal.objects.select_related("override__agent", "tenant"),
-        tenant=_membership(request).tenant,
+        tenant=tenant_membership(request).tenant,
         pk=pk,
     )
     error = _decision(

@@ -190,3 +190,33 @@ def test_an_admin_decides_a_proposal_and_clears_a_flag_inline(page_as, critic, t
         "narrow on purpose this week",
     )
     assert (proposal.status, proposal.result_version) == ("accepted", 2)
+
+
+def test_back_after_a_sort_restores_the_whole_overview_when_htmx_history_misses(
+    page_as, critic, tenant, make_agent
+):
+    make_agent(tenant, name="Builder2")
+    page = page_as(Role.REVIEWER)
+    page.goto("/trust/")
+    page.click("#agent-table a.sort-link:has-text('Trust')")
+    page.wait_for_url("**/trust/?sort=*")
+    sorted_url = page.url
+    page.click("#agent-table a.sort-link:has-text('Agent')")
+    page.wait_for_url(lambda url: url != sorted_url)
+    # A history-cache miss (htmx keeps a few pages in sessionStorage; a long session loses them):
+    # going back asks the server for the page with HX-History-Restore-Request.
+    page.evaluate(
+        """() => {
+            sessionStorage.removeItem('htmx-history-cache');
+            document.addEventListener('htmx:historyRestore', () => { window.__restored = true; });
+        }"""
+    )
+    with page.expect_request(lambda r: r.headers.get("hx-history-restore-request") == "true"):
+        page.go_back()
+
+    page.wait_for_url(sorted_url)
+    page.wait_for_function("() => window.__restored === true")
+    page.wait_for_selector("h1:has-text('Trust')")
+    assert page.locator("form.filters").count() == 1
+    assert page.locator("#agent-table table").count() == 1
+    assert page.locator("#sort-field").count() == 1

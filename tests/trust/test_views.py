@@ -506,3 +506,25 @@ def test_the_demo_seed_gives_every_trust_page_data(login, tenant, make_agent, em
         page = client.get(f"/trust/agents/{row['agent'].pk}/")
         assert page.status_code == 200
         assert len(page.context["chart"]) > 1
+
+
+@pytest.mark.parametrize(
+    ("url", "target"),
+    [
+        ("/trust/?sort=-trust", "agent-table"),
+        ("/trust/agents/{agent}/?dissents=1", "dissents"),
+        ("/trust/agents/{agent}/?overrides=1", "overrides"),
+        ("/trust/review/?waiting=1", "waiting"),
+    ],
+)
+def test_pages_vary_on_htmx_and_restore_history_whole(login, agent, url, target):
+    client = login(Role.REVIEWER)
+    url = url.format(agent=agent.pk)
+
+    swapped = _hx(client, url, target)
+    restored = client.get(url, headers={"HX-Request": "true", "HX-History-Restore-Request": "true"})
+
+    assert "HX-Request" in swapped["Vary"]
+    assert "<html" not in swapped.content.decode()
+    assert "HX-Request" in restored["Vary"]
+    assert "<html" in restored.content.decode()
