@@ -7,13 +7,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from config import views
 from config.ratelimit import sign_in_limited
-from ledger.urls import api_urls as ledger_api
-from memory.content_urls import api_router as content_api
-from memory.kb_urls import api_router as kb_api
-from memory.urls import api_router as memory_api
-from trust.urls import api_urls as trust_api
+from ledger import urls as ledger_urls
+from memory import urls as memory_urls
+from trust import urls as trust_urls
 
-api_v1 = [*ledger_api, *memory_api.urls, *kb_api.urls, *trust_api, *content_api.urls]
+# Every app's urls.py has the same shape: its API routes and its pages.
+APPS = (ledger_urls, memory_urls, trust_urls)
+api_v1 = [pattern for app in APPS for pattern in app.api_urlpatterns]
+pages = [pattern for app in APPS for pattern in app.page_urlpatterns]
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -23,10 +24,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/login/", sign_in_limited(admin.site.login)),
     path("admin/", admin.site.urls),
-    path("trust/", include("trust.web_urls")),
-    path("memory/", include("memory.web_urls")),
-    path("ledger/", include("ledger.web_urls")),
-    path("jobs/", include("ledger.jobs_web_urls")),
+    *pages,
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start script as a file: no inline script for the CSP.
