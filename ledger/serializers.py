@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
@@ -139,17 +138,6 @@ class EventAppendSerializer(serializers.Serializer[EventDraft]):
     round_id = serializers.CharField(max_length=300, required=False, default="", allow_blank=True)
     turn = serializers.IntegerField(required=False, default=0)
     payload = serializers.DictField(required=False, default=dict)
-
-    def validate_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
-        size = len(json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8"))
-        if size > settings.LEDGER_MAX_PAYLOAD_BYTES:
-            raise ApiError(
-                code="payload_too_large",
-                message=f"An event payload is {size} bytes; the limit is "
-                f"{settings.LEDGER_MAX_PAYLOAD_BYTES} bytes.",
-                status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            )
-        return payload
 
     def to_draft(self, validated: dict[str, Any]) -> EventDraft:
         principal = self.context["principal"]

@@ -536,6 +536,15 @@ def events_append_from_client(*, tenant: Tenant, drafts: Sequence[EventDraft]) -
     )
     reserved = reserved_kinds()
     for index, draft in enumerate(drafts):
+        size = len(json.dumps(draft.payload, ensure_ascii=False, default=str).encode("utf-8"))
+        if size > settings.LEDGER_MAX_PAYLOAD_BYTES:
+            raise ApiError(
+                code="payload_too_large",
+                message=f"{f'Event {index}: ' if len(drafts) > 1 else ''}An event payload is "
+                f"{size} bytes; the limit is {settings.LEDGER_MAX_PAYLOAD_BYTES} bytes.",
+                status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+                details={"index": index},
+            )
         problem = _client_event_problem(draft, known_agents=known_agents, reserved=reserved)
         if problem is not None:
             code, message = problem

@@ -4,8 +4,9 @@ import pytest
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from config.api import ApiError
 from ledger.models import Event, RecallSettings, Role
-from ledger.services import event_append
+from ledger.services import EventDraft, event_append, events_append_from_client
 from tests.concurrency import run_concurrently
 
 pytestmark = pytest.mark.django_db
@@ -140,6 +141,19 @@ def test_a_payload_over_the_limit_is_a_413(tenant, api):
 
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "payload_too_large"
+
+
+def test_the_payload_limit_is_the_services_rule_and_names_the_event(tenant):
+    small = EventDraft(kind="agent.spoke", actor="system", payload={"text": "fits"})
+    large = EventDraft(kind="agent.spoke", actor="system", payload={"text": "x" * 200})
+
+    with override_settings(LEDGER_MAX_PAYLOAD_BYTES=100), pytest.raises(ApiError) as caught:
+        events_append_from_client(tenant=tenant, drafts=[small, large])
+
+    assert caught.value.error_code == "payload_too_large"
+    assert caught.value.status_code == 413
+    assert caught.value.details == {"index": 1}
+    assert not Event.objects.filter(tenant=tenant, kind="agent.spoke").exists()
 
 
 def test_a_retry_with_the_same_idempotency_key_returns_the_first_answer(tenant, api):
