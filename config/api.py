@@ -1,4 +1,5 @@
-"""What every API endpoint shares: the error format, the pagination, and error codes.
+"""What every API endpoint shares: the error format, the JSON parser, the pagination, and error
+codes.
 
 Every error leaves the API as ``{"error": {"code": ..., "message": ..., "details": {...}}}`` with a
 ``code`` that clients may branch on (it never changes once published) and a ``message`` written for
@@ -7,16 +8,19 @@ the person reading the log.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Mapping
+from typing import IO, Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from django.http import Http404, HttpRequest, JsonResponse
-from rest_framework import exceptions, pagination, status
+from rest_framework import exceptions, pagination, parsers, status
 
 # Module import, not name import: DRF's views import our authentication class, which imports this.
 from rest_framework import views as drf_views
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 
@@ -136,6 +140,136 @@ def api_server_error(request: HttpRequest) -> JsonResponse:
         "The server failed to answer this request; it has been logged.",
         status.HTTP_500_INTERNAL_SERVER_ERROR,
     )
+
+
+# --- Request bodies ------------------------------------------------------------------------------
+
+# How deep a body's arrays and objects may nest. Python's JSON decoder recurses once a level and
+# gave up near 950 levels with a RecursionError (a 500); what comes after it (validation, the
+# ledger's canonical JSON, jsonb, rendering the answer) recurses too. No request of this API needs
+# more than a handful of levels: 64 leaves room for any client's metadata and payloads.
+MAX_JSON_DEPTH = 64
+
+_TEXT_PROBLEMS = {
+    "nul_character": "holds a NUL character (\\u0000), which PostgreSQL cannot store",
+    "lone_surrogate": "holds a lone surrogate (such as \\ud800): half of a UTF-16 pair, not a "
+    "character, which PostgreSQL cannot store",
+}
+
+
+class JsonParser(parsers.JSONParser):
+    """JSON bodies the service can store, checked once here for every endpoint.
+
+    Refused with 400 before any view sees the data: nesting past ``MAX_JSON_DEPTH``
+    (``too_deep``), and any text PostgreSQL refuses, a NUL character or a lone surrogate, or a
+    number past the float range (``1e999`` reads as infinity), anywhere in the document, keys
+    included (``invalid_value``, naming where as a JSON pointer). Nothing downstream (serializers,
+    services, jsonb and text columns, the rendered answer) has to defend itself.
+    """
+
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
+        try:
+            document = super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:  # the decoder's own recursion limit, far past ours
+            raise _too_deep() from exc
+        json_document_check(document)
+        return document
+
+
+def json_document_check(document: Any) -> None:
+    """Raise ``ApiError`` for the first value of a parsed JSON document the service cannot take.
+
+    Iterative, so a document nested deeper than Python's recursion limit is measured, not crashed
+    on; only containers are pushed, scalars are checked where they are met.
+    """
+    _scalar_check(document, ())
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(document, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            entries: Any = value.items()
+            for key in value:
+                _scalar_check(key, (*path, key))
+        elif isinstance(value, list):
+            entries = enumerate(value)
+        else:
+            continue
+        if len(path) >= MAX_JSON_DEPTH:
+            raise _too_deep()
+        for key, item in entries:
+            if isinstance(item, dict | list):
+                stack.append((item, (*path, key)))
+            else:
+                _scalar_check(item, (*path, key))
+
+
+def _scalar_check(value: Any, path: tuple[str | int, ...]) -> None:
+    if isinstance(value, str):
+        problem = text_problem(value)
+        if problem is not None:
+            pointer = json_pointer(path)
+            raise ApiError(
+                code="invalid_value",
+                message=f"The text at {pointer or 'the top'} {_TEXT_PROBLEMS[problem]}; "
+                "nothing was changed.",
+                details={"pointer": pointer, "problem": problem},
+            )
+    elif isinstance(value, float) and not math.isfinite(value):
+        pointer = json_pointer(path)
+        raise ApiError(
+            code="invalid_value",
+            message=f"The number at {pointer or 'the top'} is out of range; nothing was changed.",
+            details={"pointer": pointer, "problem": "number_out_of_range"},
+        )
+
+
+def text_problem(text: str) -> str | None:
+    """Why PostgreSQL would refuse this text (a key of ``_TEXT_PROBLEMS``), or None."""
+    if "\x00" in text:
+        return "nul_character"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "lone_surrogate"
+    return None
+
+
+def json_pointer(path: tuple[str | int, ...]) -> str:
+    """RFC 6901, printable: a lone surrogate in a key is shown escaped, as the answer must be
+    valid UTF-8 itself."""
+    parts = (str(part).replace("~", "~0").replace("/", "~1") for part in path)
+    return "".join(f"/{part}" for part in parts).encode("utf-8", "backslashreplace").decode()
+
+
+def _too_deep() -> ApiError:
+    return ApiError(
+        code="too_deep",
+        message=f"The body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep.",
+        details={"max_depth": MAX_JSON_DEPTH},
+    )
+
+
+# --- Before the view ----------------------------------------------------------------------------
+
+
+def request_inputs_check(request: Request) -> None:
+    """Check what every API request carries besides its route, before the view runs: the JSON
+    body (``JsonParser``, parsed here so a body that cannot be taken is refused on every endpoint
+    alike, even one that ignores it)."""
+    if request.method in ("POST", "PUT", "PATCH"):
+        # The raw bytes first: DRF then parses a copy, and the Idempotency-Key's fingerprint
+        # can still read them.
+        _ = request.body
+        _ = request.data
+
+
+# --- Pagination ----------------------------------------------------------------------------------
 
 
 class CursorPagination(pagination.CursorPagination):

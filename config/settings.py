@@ -252,7 +252,8 @@ REST_FRAMEWORK = {
     # No OPTIONS metadata: the OpenAPI schema describes the API, and DRF's introspection failed
     # (500) on views without one serializer. OPTIONS answers 405 method_not_allowed.
     "DEFAULT_METADATA_CLASS": None,
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # JSON only, refusing what PostgreSQL or Python's recursion cannot take (config.api).
+    "DEFAULT_PARSER_CLASSES": ["config.api.JsonParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "config.api.CursorPagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -26,6 +26,7 @@ from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api import request_inputs_check
 from ledger import idempotency
 from ledger.auth import ApiPrincipal
 from ledger.models import IdempotencyRecord, Role, Tenant
@@ -90,6 +91,7 @@ class TenantScopedViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication and permissions first
+        request_inputs_check(request)
         key = request.META.get(idempotency.HEADER)
         if request.method == "POST" and key is not None:
             self._idempotency_record = idempotency.idempotency_claim(
