@@ -1,5 +1,5 @@
-"""What every API endpoint shares: the error format, the JSON parser, the pagination, and error
-codes.
+"""What every API endpoint shares: the error format, the JSON parser, the pagination, the query
+parameters it accepts, and error codes.
 
 Every error leaves the API as ``{"error": {"code": ..., "message": ..., "details": {...}}}`` with a
 ``code`` that clients may branch on (it never changes once published) and a ``message`` written for
@@ -8,13 +8,16 @@ the person reading the log.
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Mapping
 from typing import IO, Any
+from urllib import parse
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
-from django.db import DataError
+from django.core.exceptions import RequestDataTooBig, ValidationError
+from django.db import DataError, connection, models
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, pagination, parsers, status
 
@@ -255,13 +258,17 @@ def _too_deep() -> ApiError:
     )
 
 
-# --- Before the view ----------------------------------------------------------------------------
+# --- Query parameters ----------------------------------------------------------------------------
+
+# A name clients reach for, and the one this API uses for it.
+_INSTEAD = {"limit": "page_size", "per_page": "page_size", "page": "cursor", "offset": "cursor"}
 
 
 def request_inputs_check(request: Request) -> None:
-    """Check what every API request carries besides its route, before the view runs: the JSON
-    body (``JsonParser``, parsed here so a body that cannot be taken is refused on every endpoint
-    alike, even one that ignores it)."""
+    """Check what every API request carries besides its route, before the view runs: the query
+    parameters (``query_parameters_check``) and the JSON body (``JsonParser``, parsed here so a
+    body that cannot be taken is refused on every endpoint alike, even one that ignores it)."""
+    query_parameters_check(request)
     if request.method in ("POST", "PUT", "PATCH"):
         # The raw bytes first: DRF then parses a copy, and the Idempotency-Key's fingerprint
         # can still read them.
@@ -269,13 +276,128 @@ def request_inputs_check(request: Request) -> None:
         _ = request.data
 
 
+def query_parameters_check(request: Request) -> None:
+    """Refuse a query parameter the endpoint's OpenAPI operation does not document (400
+    ``unknown_parameter``, naming the accepted ones), and a NUL character in a parameter or a
+    path segment (400 ``invalid_value``).
+
+    The accepted names are read from the served schema itself (``config.schema``), which takes
+    them from each view's ``extend_schema(parameters=...)`` and its pagination: one declaration,
+    so the documentation and the behaviour cannot disagree. A misspelt filter used to be ignored
+    silently, answering more than was asked for (``/events/?limit=2`` gave 50 events).
+    """
+    from config.schema import operation_query_parameters  # the generator imports the views
+
+    accepted = operation_query_parameters(request.method or "GET", request.path_info)
+    if accepted is not None:
+        unknown = sorted(set(request.query_params) - accepted)
+        if unknown:
+            instead = {n: _INSTEAD[n] for n in unknown if _INSTEAD.get(n) in accepted}
+            hint = "".join(f" For {n!r} use {instead[n]!r}." for n in instead)
+            raise ApiError(
+                code="unknown_parameter",
+                message=f"Unknown query parameter {', '.join(map(repr, unknown))}; this endpoint "
+                f"accepts {', '.join(sorted(accepted)) or 'none'}.{hint}",
+                details={"unknown": unknown, "accepted": sorted(accepted), "instead": instead},
+            )
+    path_values = (request.parser_context or {}).get("kwargs", {}).values()
+    values = [value for _, given in request.query_params.lists() for value in given]
+    if any("\x00" in str(value) for value in [*values, *path_values]):
+        raise ApiError(
+            code="invalid_value",
+            message="A query parameter or path segment holds a NUL character (%00), which "
+            "PostgreSQL cannot compare; nothing was changed.",
+            details={"problem": "nul_character"},
+        )
+
+
 # --- Pagination ----------------------------------------------------------------------------------
 
 
 class CursorPagination(pagination.CursorPagination):
-    """Opaque cursors over an immutable, unique ordering, so pages never skip or repeat rows."""
+    """Opaque cursors over an immutable, unique ordering, so pages never skip or repeat rows.
+
+    ``page_size`` is the page size (``limit`` is not an alias: one name per concept, and
+    ``?limit=`` answers ``unknown_parameter`` pointing here). A cursor that was not handed out by
+    this server (tampered, truncated, from another ordering) is a 400 ``invalid_cursor``, never a
+    500 or DRF's 404, and a bad ``page_size`` is a 400 ``invalid_parameter``, not ignored.
+    """
 
     ordering = "id"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+    page_size_query_description = (
+        f"Results per page, 1 to {max_page_size} (larger is capped); default {page_size}."
+    )
+    cursor_query_description = (
+        "Where the page starts: a cursor from a `next` or `previous` link, as given."
+    )
+
+    _model: type[models.Model]
+
+    def paginate_queryset(
+        self, queryset: QuerySet[Any], request: Request, view: Any = None
+    ) -> list[Any] | None:
+        self._model = queryset.model
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_page_size(self, request: Request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+            raise ApiError(
+                code="invalid_parameter",
+                message=f"page_size must be a whole number from 1 to {self.max_page_size}.",
+                details={"parameter": "page_size"},
+            )
+        return min(int(raw), self.max_page_size)
+
+    def decode_cursor(self, request: Request) -> pagination.Cursor | None:
+        """DRF's cursor format (base64 of ``o=<offset>&r=<0|1>&p=<position>``), read strictly:
+        DRF's own reading took any text that decodes to nothing as the first page, and passed
+        any position on to the query."""
+        encoded = request.query_params.get(self.cursor_query_param)
+        if not encoded:
+            return None
+        try:
+            text = base64.b64decode(encoded.encode("ascii"), validate=True).decode("ascii")
+            tokens = parse.parse_qs(text, keep_blank_values=True, strict_parsing=True)
+            if set(tokens) - {"o", "r", "p"} or any(len(v) != 1 for v in tokens.values()):
+                raise ValueError(text)
+            offset = int(tokens.get("o", ["0"])[0])
+            reverse = tokens.get("r", ["0"])[0]
+            if offset < 0 or reverse not in ("0", "1"):
+                raise ValueError(text)
+        except ValueError as exc:  # binascii.Error and UnicodeError are ValueErrors
+            raise _invalid_cursor() from exc
+        position = tokens.get("p", [None])[0]
+        return pagination.Cursor(
+            offset=min(offset, self.offset_cutoff),
+            reverse=reverse == "1",
+            position=None if position is None else self._position(position),
+        )
+
+    def _position(self, raw: Any) -> Any:
+        """The cursor's position as a value of the ordering's column, or ``invalid_cursor``:
+        unchecked, ``p=abc`` reached the query as a 500."""
+        field = self._model._meta.get_field(self.ordering[0].lstrip("-"))
+        assert isinstance(field, models.Field)  # orderings are columns of the model itself
+        try:
+            value = field.to_python(raw)
+        except ValidationError as exc:
+            raise _invalid_cursor() from exc
+        if isinstance(field, models.IntegerField):
+            low, high = connection.ops.integer_field_range(field.get_internal_type())
+            if not low <= value <= high:
+                raise _invalid_cursor()
+        return value
+
+
+def _invalid_cursor() -> ApiError:
+    return ApiError(
+        code="invalid_cursor",
+        message="The cursor is not one this server handed out; start again without it, or use "
+        "a `next` or `previous` link as given.",
+    )

@@ -29,9 +29,9 @@ class AsyncClient(AsyncTransport):
 
         ``GET /api/v1/agents/``
 
-        ``cursor``: The pagination cursor value.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``name``: Exact agent name
-        ``page_size``: Number of results to return per page.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``primary_role``: Exact primary role
         """
         return page_of(
@@ -115,8 +115,8 @@ class AsyncClient(AsyncTransport):
 
         ``GET /api/v1/api-keys/``
 
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
         return page_of(
             await self.request(
@@ -385,8 +385,8 @@ class AsyncClient(AsyncTransport):
         ``GET /api/v1/dissents/``
 
         ``agent``: Agent name
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``round_id``: The orchestrator's round id
         """
         return page_of(
@@ -471,9 +471,9 @@ class AsyncClient(AsyncTransport):
 
         ``GET /api/v1/events/``
 
-        ``cursor``: The pagination cursor value.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``kind``: One kind, or several separated by commas
-        ``page_size``: Number of results to return per page.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``since``: created_at ≥ since
         ``until``: created_at < until
         """
@@ -590,8 +590,8 @@ class AsyncClient(AsyncTransport):
         ``GET /api/v1/flags/``
 
         ``agent``: Agent name
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
         return page_of(
             await self.request(
@@ -667,9 +667,9 @@ class AsyncClient(AsyncTransport):
 
         ``GET /api/v1/kb/documents/``
 
-        ``cursor``: The pagination cursor value.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``kind``: article or skill
-        ``page_size``: Number of results to return per page.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``published``: true: published; false: drafts
         """
         return page_of(
@@ -832,11 +832,11 @@ class AsyncClient(AsyncTransport):
         ``GET /api/v1/memories/``
 
         ``agent``: Agent name
-        ``cursor``: The pagination cursor value.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
         ``metadata``: Metadata containing this JSON object, e.g. {"source": "slack"}
-        ``page_size``: Number of results to return per page.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``tag``: Memories carrying this tag
         """
         return page_of(
@@ -977,8 +977,8 @@ class AsyncClient(AsyncTransport):
         ``GET /api/v1/overrides/``
 
         ``agent``: Agent name
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``round_id``: The orchestrator's round id
         """
         return page_of(
@@ -1105,8 +1105,8 @@ class AsyncClient(AsyncTransport):
 
         ``GET /api/v1/rounds/``
 
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``round_id``: The orchestrator's round id
         """
         return page_of(
@@ -1229,8 +1229,8 @@ class AsyncClient(AsyncTransport):
 
         ``GET /api/v1/rubric-proposals/``
 
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
         return page_of(
             await self.request(
@@ -1354,8 +1354,8 @@ class AsyncClient(AsyncTransport):
 
         ``GET /api/v1/trust/``
 
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
         return page_of(
             await self.request(

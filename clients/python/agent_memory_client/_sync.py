@@ -29,9 +29,9 @@ class Client(SyncTransport):
 
         ``GET /api/v1/agents/``
 
-        ``cursor``: The pagination cursor value.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``name``: Exact agent name
-        ``page_size``: Number of results to return per page.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``primary_role``: Exact primary role
         """
         return page_of(
@@ -109,8 +109,8 @@ class Client(SyncTransport):
 
         ``GET /api/v1/api-keys/``
 
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
         return page_of(
             self.request(
@@ -373,8 +373,8 @@ class Client(SyncTransport):
         ``GET /api/v1/dissents/``
 
         ``agent``: Agent name
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``round_id``: The orchestrator's round id
         """
         return page_of(
@@ -457,9 +457,9 @@ class Client(SyncTransport):
 
         ``GET /api/v1/events/``
 
-        ``cursor``: The pagination cursor value.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``kind``: One kind, or several separated by commas
-        ``page_size``: Number of results to return per page.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``since``: created_at ≥ since
         ``until``: created_at < until
         """
@@ -574,8 +574,8 @@ class Client(SyncTransport):
         ``GET /api/v1/flags/``
 
         ``agent``: Agent name
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
         return page_of(
             self.request(
@@ -651,9 +651,9 @@ class Client(SyncTransport):
 
         ``GET /api/v1/kb/documents/``
 
-        ``cursor``: The pagination cursor value.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``kind``: article or skill
-        ``page_size``: Number of results to return per page.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``published``: true: published; false: drafts
         """
         return page_of(
@@ -813,11 +813,11 @@ class Client(SyncTransport):
         ``GET /api/v1/memories/``
 
         ``agent``: Agent name
-        ``cursor``: The pagination cursor value.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
         ``metadata``: Metadata containing this JSON object, e.g. {"source": "slack"}
-        ``page_size``: Number of results to return per page.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``tag``: Memories carrying this tag
         """
         return page_of(
@@ -955,8 +955,8 @@ class Client(SyncTransport):
         ``GET /api/v1/overrides/``
 
         ``agent``: Agent name
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``round_id``: The orchestrator's round id
         """
         return page_of(
@@ -1076,8 +1076,8 @@ class Client(SyncTransport):
 
         ``GET /api/v1/rounds/``
 
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``round_id``: The orchestrator's round id
         """
         return page_of(
@@ -1196,8 +1196,8 @@ class Client(SyncTransport):
 
         ``GET /api/v1/rubric-proposals/``
 
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
         return page_of(
             self.request(
@@ -1317,8 +1317,8 @@ class Client(SyncTransport):
 
         ``GET /api/v1/trust/``
 
-        ``cursor``: The pagination cursor value.
-        ``page_size``: Number of results to return per page.
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
         return page_of(
             self.request(Call("GET", "/trust/", params=query(cursor=cursor, page_size=page_size)))
