@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -21,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.api import ApiError, CursorPagination
+from config.datetimes import client_datetime_parse
 from ledger import services
 from ledger.models import Agent, ApiKey, Event, RecallSettings, Role
 from ledger.receipts import receipt_parse, receipt_verify
@@ -145,13 +145,14 @@ def _parse_time(request: Request, name: str) -> datetime | None:
     raw = request.query_params.get(name)
     if raw is None:
         return None
-    parsed = parse_datetime(raw)
+    parsed = client_datetime_parse(raw)
     if parsed is None:
         raise ApiError(
             code="invalid_filter",
-            message=f"{name} must be an ISO 8601 date-time, e.g. 2025-02-14T16:20:00Z.",
+            message=f"{name} must be an ISO 8601 date-time, e.g. 2025-02-14T16:20:00Z, with an "
+            "offset under 24 hours.",
         )
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parsed
 
 
 class EventCursorPagination(CursorPagination):

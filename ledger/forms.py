@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from config.datetimes import client_datetime_parse
 from ledger.selectors import EventFilters
 
 
@@ -16,7 +17,11 @@ class UtcDateTimeField(forms.DateTimeField):
     widget = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 
     def to_python(self, value: Any) -> datetime | None:
-        moment = super().to_python(value)
+        # An offset reaches the query in UTC (PostgreSQL refuses one past ±15:59: was a 500).
+        moment = client_datetime_parse(value) if isinstance(value, str) else None
+        if moment is not None:
+            return moment
+        moment = super().to_python(value)  # the other formats Django accepts, or "invalid"
         return moment.replace(tzinfo=UTC) if moment and moment.tzinfo is None else moment
 
 

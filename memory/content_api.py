@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
@@ -21,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.api import ApiError
+from config.datetimes import client_datetime_parse
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
@@ -86,9 +86,12 @@ def _datetime_param(params: Any, name: str) -> Any:
     raw = params.get(name)
     if not raw:
         return None
-    parsed = parse_datetime(raw)
+    parsed = client_datetime_parse(raw)
     if parsed is None:
-        raise ApiError(code="invalid_parameter", message=f"{name!r} must be an ISO 8601 time.")
+        raise ApiError(
+            code="invalid_parameter",
+            message=f"{name!r} must be an ISO 8601 time, with an offset under 24 hours.",
+        )
     return parsed
 
 

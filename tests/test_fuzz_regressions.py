@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from ledger.models import Agent
+from ledger.models import Agent, Event
 from memory.models import Memory
 
 pytestmark = pytest.mark.django_db
@@ -76,12 +76,16 @@ def test_kb_search_answers_200(api_as, tenant):
     assert response.status_code == 200
 
 
-def test_a_time_zone_offset_postgresql_refuses_is_a_400_not_a_500(api_as, tenant):
-    # Was a 500: DataError "time zone displacement out of range" (+22:36).
-    response = api_as(tenant).get("/api/v1/events/", {"until": "2026-11-25T04:11:02.8+22:36"})
+def test_a_time_zone_offset_postgresql_refuses_is_read_as_the_instant_it_names(api_as, tenant):
+    # Was a 500: DataError "time zone displacement out of range" (+22:36), then a 400
+    # invalid_value. Python takes offsets under 24 hours; the filter now compares in UTC.
+    client = api_as(tenant)
 
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_value"
+    before = client.get("/api/v1/events/", {"until": "2000-01-01T04:11:02.8+22:36"})
+    after = client.get("/api/v1/events/", {"since": "2000-01-01T04:11:02.8+22:36"})
+
+    assert (before.status_code, before.json()["results"]) == (200, [])
+    assert len(after.json()["results"]) == Event.objects.filter(tenant=tenant).count() > 0
 
 
 @pytest.mark.parametrize("path", ["/api/v1/memories/", "/api/v1/memories/batch/"])

@@ -25,9 +25,9 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from config.api import ApiError, Conflict
+from config.datetimes import client_datetime_parse
 from ledger.models import Agent, Tenant
 from ledger.services import (
     EventDraft,
@@ -160,8 +160,8 @@ class _Reader:
         value = self.value.get(key)
         if value is None and not required:
             return None
-        moment = parse_datetime(value) if isinstance(value, str) else None
-        if moment is None or moment.tzinfo is None:
+        moment = client_datetime_parse(value, assume_utc=False) if isinstance(value, str) else None
+        if moment is None:
             raise _invalid(self._at(key), "must be an ISO 8601 timestamp with a time zone")
         return moment
 
