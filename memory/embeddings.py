@@ -3,7 +3,12 @@
 ``EMBEDDING_BACKEND=local`` (the default) runs a small model shipped inside a PyPI package on the
 CPU, offline; ``EMBEDDING_BACKEND=openai`` calls ``EMBEDDING_URL``/embeddings. Every failure is
 raised as ``EmbeddingUnavailable`` so callers can fall back (keyword relevance, a later backfill)
-instead of failing the request. Vectors are L2-normalised, so cosine distance is meaningful.
+instead of failing the request.
+
+Every vector, a backend's or a client's, passes ``unit_vector`` before it is stored or compared:
+scaled to length 1, and refused when it has no direction (all zeros, NaN, infinity). pgvector's
+cosine distance to a zero vector is NaN, and one stored zero vector made every later search of
+its agent answer 500 (issue 18).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Protocol
 from django.conf import settings
 
 from config.http import ExternalServiceError, post_json
+from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 
 
 class EmbeddingUnavailable(RuntimeError):
@@ -30,9 +36,40 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
-def _normalised(vector: Sequence[float]) -> list[float]:
-    norm = math.sqrt(sum(value * value for value in vector)) or 1.0
-    return [float(value) / norm for value in vector]
+def unit_vector(values: Sequence[float]) -> list[float] | None:
+    """``values`` scaled to length 1, or None when they have no direction: all zeros, or a NaN or
+    infinity among them.
+
+    Cosine distance is blind to length, so the scaling changes no ranking; it spares pgvector,
+    which computes in float32, a vector whose squares underflow to zero or overflow (a NaN
+    distance either way). Scaled by the largest component first, so ``math.hypot`` never
+    overflows.
+    """
+    if not values or not all(math.isfinite(value) for value in values):
+        return None
+    peak = max(abs(value) for value in values)
+    if peak == 0:
+        return None
+    scaled = [value / peak for value in values]
+    norm = math.hypot(*scaled)
+    return [value / norm for value in scaled]
+
+
+def embedding_problem(embedding: Sequence[float]) -> tuple[str, str] | None:
+    """Why a vector given by a client cannot be used (code, message), or None."""
+    if len(embedding) != LOCAL_DIMENSIONS:
+        return (
+            "invalid_embedding",
+            f"An embedding must have {LOCAL_DIMENSIONS} dimensions, not {len(embedding)}.",
+        )
+    if not all(math.isfinite(value) for value in embedding):
+        return "invalid_embedding", "An embedding must not contain NaN or infinity."
+    if unit_vector(embedding) is None:
+        return (
+            "invalid_embedding",
+            "An embedding must not be all zeros: a vector without a direction cannot be compared.",
+        )
+    return None
 
 
 class OpenAICompatibleEmbedder:
@@ -55,7 +92,7 @@ class OpenAICompatibleEmbedder:
         try:
             answer = post_json(self.url, body, api_key=self.api_key, timeout=self.timeout)
             rows = sorted(answer["data"], key=lambda row: row["index"])
-            vectors = [_normalised(row["embedding"]) for row in rows]
+            vectors = [[float(value) for value in row["embedding"]] for row in rows]
         except ExternalServiceError as exc:
             raise EmbeddingUnavailable(str(exc)) from exc
         except (KeyError, TypeError, ValueError) as exc:
@@ -105,12 +142,26 @@ def embedder_name() -> str:
 
 
 def embed_texts(texts: Sequence[str]) -> list[list[float]]:
+    """Unit vectors for the texts, from whichever backend is configured.
+
+    A vector without a direction (zeros, NaN, infinity: a broken endpoint, a model gone wrong)
+    fails the call like an outage, so callers fall back exactly as they do when the embedder is
+    down, and no such vector is ever stored.
+    """
     try:
-        return embedder().embed(texts)
+        vectors = embedder().embed(texts)
     except EmbeddingUnavailable:
         raise
     except Exception as exc:  # a model runtime error must degrade like an outage
         raise EmbeddingUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    units = [unit_vector(vector) for vector in vectors]
+    usable = [unit for unit in units if unit is not None]
+    if len(usable) != len(units):
+        raise EmbeddingUnavailable(
+            f"{embedder_name()} answered {len(units) - len(usable)} vector(s) without a "
+            "direction (all zeros, NaN or infinity)"
+        )
+    return usable
 
 
 def embed_query(text: str) -> list[float]:

@@ -42,7 +42,7 @@ from memory.local_embedder import DIMENSIONS
 from memory.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKey, KnowledgeKind
 from memory.policies import content_hash
 from memory.sealing import key_new, seal
-from memory.selectors import hnsw_scan_configure, vector_literal
+from memory.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
 
 logger = logging.getLogger(__name__)
 
@@ -486,7 +486,7 @@ def knowledge_candidates_query(
     semantic = query_vector is not None and len(query_vector) == DIMENSIONS
     sql = CANDIDATES_SQL.format(
         dense=DENSE_SQL if semantic else NO_ROWS,
-        cosine="1 - (c.embedding <=> %(vector)s::vector)" if semantic else "NULL::float8",
+        cosine=cosine_similarity_sql("c.embedding") if semantic else "NULL::float8",
         tsquery=QUERY_TSQUERY,
     )
     params: dict[str, Any] = {

@@ -141,9 +141,11 @@ _SEMANTIC_JOIN = """
     ) AS ix ON ix.event_id = v.id
 """
 # Cosine similarity clipped to [0, 1], so it shares a scale with the Jaccard fallback.
-# greatest() skips NULLs, so an event missing from the index must stay NULL explicitly.
-_SEMANTIC_COLUMN = """CASE WHEN ix.embedding IS NULL THEN NULL
-    ELSE greatest(0, 1 - (ix.embedding <=> %(query_vector)s::vector)) END"""
+# greatest() skips NULLs, so an event missing from the index must stay NULL explicitly, and it
+# takes NaN for the greatest (a vector without a direction: memory.selectors.cosine_similarity_sql)
+# so that becomes NULL too.
+_SEMANTIC_COLUMN = """nullif(CASE WHEN ix.embedding IS NULL THEN NULL
+    ELSE greatest(0, 1 - (ix.embedding <=> %(query_vector)s::vector)) END, 'NaN'::float8)"""
 
 
 def recall_salience(

@@ -40,6 +40,7 @@ from memory.selectors import (
     ACTIVE_ROWS,
     HNSW_EF_SEARCH,
     SemanticPlan,
+    cosine_similarity_sql,
     hnsw_ef_search,
     hnsw_scan_configure,
     nearest_rows_sql,
@@ -348,7 +349,7 @@ def memory_candidates_query(
         keyword=keyword_leg_sql(filters) if fetching else NO_ROWS,
         # Unqualified columns in it resolve to the memory: no other relation has them.
         effective_importance=EFFECTIVE_IMPORTANCE_SQL,
-        cosine="1 - (m.embedding <=> %(vector)s::vector)" if vector is not None else "NULL",
+        cosine=cosine_similarity_sql("m.embedding") if vector is not None else "NULL",
         # The memory's own line (weight A) shares a word with the query, not just a neighbour.
         own_match="ts_filter(d.document, '{a}') @@ %(any_lexeme)s::tsquery" if present else "false",
     )
@@ -478,7 +479,7 @@ def _event_candidates(
             EVENT_CANDIDATES_SQL.format(
                 visible=visible,
                 dense=EVENT_DENSE_LEG.format(visible=visible) if vector is not None else NO_ROWS,
-                cosine="1 - (ee.embedding <=> %(vector)s::vector)"
+                cosine=cosine_similarity_sql("ee.embedding")
                 if vector is not None
                 else "NULL::float8",
             ),

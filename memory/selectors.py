@@ -107,12 +107,22 @@ LIMIT %({limit})s"""
 DISTANCE = "embedding <=> %(vector)s::vector"
 
 
+def cosine_similarity_sql(column: str, parameter: str = "vector") -> str:
+    """SQL for 1 - cosine distance of ``column`` to %(<parameter>)s, NULL where it is undefined.
+
+    pgvector answers NaN for a vector without a direction (all zeros; older installs stored
+    them, see migration memory 0014), and a NaN score broke the ranking and the JSON answer
+    (500). NULL reads as "no vector", which every caller already handles.
+    """
+    return f"1 - nullif({column} <=> %({parameter})s::vector, 'NaN'::float8)"
+
+
 def nearest_rows_sql(
     where: str, plan: SemanticPlan, *, limit: str = "k", with_distance: bool = False
 ) -> str:
     """The ids (and cosine distances) of the rows matching ``where`` nearest to %(vector)s, at
     most %(<limit>)s of them, found by ``plan``."""
-    distance = f", {DISTANCE} AS distance" if with_distance else ""
+    distance = f", nullif({DISTANCE}, 'NaN'::float8) AS distance" if with_distance else ""
     if plan is SemanticPlan.SKETCH:
         return NEAREST_BY_SKETCH.format(
             distance=distance,

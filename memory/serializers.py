@@ -7,9 +7,10 @@ from django.conf import settings
 from rest_framework import serializers
 
 from config.api import ApiError
+from memory.embeddings import embedding_problem, unit_vector
 from memory.models import Memory, MemoryRole
 from memory.search import SOURCES, SearchFilters, SearchWeights
-from memory.services import MemoryDraft, embedding_problem
+from memory.services import MemoryDraft
 
 
 class AgentRunSerializer(serializers.Serializer[Any]):
@@ -213,7 +214,9 @@ class SearchRequestSerializer(serializers.Serializer[Any]):
         problem = embedding_problem(value)
         if problem is not None:
             raise ApiError(code=problem[0], message=problem[1])
-        return value
+        unit = unit_vector(value)
+        assert unit is not None  # embedding_problem refuses what has no direction
+        return unit
 
     def validate_threshold(self, value: float | None) -> float | None:
         if value is not None and not -1.0 <= value <= 1.0:

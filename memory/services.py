@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,7 +22,13 @@ from ledger.services import (
     tenant_write_lock,
 )
 from memory import policies
-from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name
+from memory.embeddings import (
+    EmbeddingUnavailable,
+    embed_texts,
+    embedder_name,
+    embedding_problem,
+    unit_vector,
+)
 from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from memory.models import EventEmbedding, Memory, MemoryKey
 from memory.sealing import key_new, seal
@@ -133,18 +138,6 @@ def _memory_problem(draft: MemoryDraft, now: datetime) -> tuple[str, str] | None
     return None
 
 
-def embedding_problem(embedding: Sequence[float]) -> tuple[str, str] | None:
-    """Why a vector given by the caller cannot be used (code, message), or None."""
-    if len(embedding) != LOCAL_DIMENSIONS:
-        return (
-            "invalid_embedding",
-            f"An embedding must have {LOCAL_DIMENSIONS} dimensions, not {len(embedding)}.",
-        )
-    if not all(math.isfinite(value) for value in embedding):
-        return "invalid_embedding", "An embedding must not contain NaN or infinity."
-    return None
-
-
 def memory_embedding_text(
     *, content: str, role: str, metadata: dict[str, Any], when: datetime
 ) -> str:
@@ -193,7 +186,8 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
                 content=draft.content,
                 memory_type=memory_type,
                 importance=importance,
-                embedding=draft.embedding,
+                # Checked by _memory_problem: a unit vector, like the embedder's.
+                embedding=None if draft.embedding is None else unit_vector(draft.embedding),
                 content_hash=policies.content_hash(draft.content),
                 metadata=draft.metadata,
                 tags=draft.tags,

@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,8 +31,15 @@ class StandIn:
     url: str
     dimensions: int = 16
     fail_with: int | None = None
+    # What the embeddings endpoint answers for a text, instead of the bag of words.
+    vector_of: Callable[[str], list[float]] | None = None
     chat_reply: str = "I learned that the butler lied about the key."
     requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def embed(self, text: str) -> list[float]:
+        if self.vector_of is not None:
+            return self.vector_of(text)
+        return hashed_bag_of_words(text, self.dimensions)
 
 
 @contextmanager
@@ -52,7 +59,7 @@ def openai_standin(dimensions: int = 16) -> Iterator[StandIn]:
             if self.path.endswith("/embeddings"):
                 answer: dict[str, Any] = {
                     "data": [
-                        {"index": i, "embedding": hashed_bag_of_words(text, state.dimensions)}
+                        {"index": i, "embedding": state.embed(text)}
                         for i, text in enumerate(body["input"])
                     ]
                 }

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from config.api import ApiError
 from ledger.models import Agent, Event, Tenant
-from memory.selectors import hnsw_scan_configure, vector_literal
+from memory.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
 from trust.models import (
     Dissent,
     GamingFlag,
@@ -177,17 +177,17 @@ def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | 
         # not be its nearest (bench/trust_bench.py found novelty off by up to 0.69 that way).
         hnsw_scan_configure(cursor, ef_search=NOVELTY_EF_SEARCH)
         cursor.execute(
-            """
-            SELECT 1 - (embedding <=> %(vector)s::vector)
+            f"""
+            SELECT {cosine_similarity_sql("embedding")}
             FROM trust_dissentembedding
             WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
             ORDER BY embedding <=> %(vector)s::vector
             LIMIT 1
-            """,
+            """,  # noqa: S608 (the f-string adds our own SQL, no input)
             {"vector": vector_literal(vector), "tenant": agent.tenant_id, "agent": agent.pk},
         )
         row = cursor.fetchone()
-    return None if row is None else float(row[0])
+    return None if row is None or row[0] is None else float(row[0])
 
 
 def agent_on_probation(*, agent: Agent, now: datetime | None = None) -> bool:
