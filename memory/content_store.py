@@ -28,6 +28,7 @@ from django.utils import timezone
 from rest_framework import status
 
 from config.api import ApiError
+from config.patterns import client_pattern_compile
 from ledger.models import Agent, Tenant
 from ledger.projections import service_kinds_register
 from ledger.services import EventDraft, events_append, tenant_write_lock
@@ -635,12 +636,7 @@ def _filtered(item: ContentItem, params: Mapping[str, str]) -> Rendered:
             return Rendered("filtered", kept, {"keys": keys})
         raise _bad("invalid_filter", "'keys' applies to a JSON object or a list of objects.")
     if pattern:
-        if len(pattern) > MAX_PATTERN_CHARS:
-            raise _bad("invalid_pattern", f"The pattern is over {MAX_PATTERN_CHARS} characters.")
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise _bad("invalid_pattern", f"The pattern is not a valid regex: {exc}.") from exc
+        regex = client_pattern_compile(pattern, max_chars=MAX_PATTERN_CHARS, text_bytes=item.size)
         lines = [line for line in item.body.splitlines() if regex.search(line)]
     else:
         assert match is not None
