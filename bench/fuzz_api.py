@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""The long API fuzzing run: tests/test_fuzz_api.py with many more cases and fresh randomness.
+"""The long API fuzzing run: tests/test_fuzz_api.py and tests/test_fuzz_inputs.py with many more
+cases and fresh randomness.
 
     python bench/fuzz_api.py                      # 50 generated cases per operation and key
     python bench/fuzz_api.py --examples 200 -- -x # more; arguments after -- go to pytest
 
 The bounded run inside ``make test`` uses 1 derandomized case per operation (plus schemathesis's
-boundary cases); this one draws new
-cases on every run, on its own embedded PostgreSQL and Redis under var/test-fuzz, then prints
-what was sent (cases, answers by status, keys) from the run's summary file.
+boundary cases) and 3 per operation and input class (lone surrogates and NUL, deep nesting,
+impossible date-times, tampered cursors, vectors without a direction, backtracking regexes);
+this one draws new cases on every run, on its own embedded PostgreSQL and Redis under
+var/test-fuzz, then prints what the schemathesis half sent (cases, answers by status, keys) from
+the run's summary file.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ def main() -> None:
     started = time.monotonic()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     result = subprocess.run(
-        [*command, "tests/test_fuzz_api.py", *args.pytest_args], cwd=ROOT, env=env, check=False
+        [*command, "tests/test_fuzz_api.py", "tests/test_fuzz_inputs.py", *args.pytest_args],
+        cwd=ROOT,
+        env=env,
+        check=False,
     )
     seconds = time.monotonic() - started
     summary = DATA_DIR / "logs" / "fuzz-summary.json"

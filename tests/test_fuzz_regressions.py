@@ -106,3 +106,10 @@ def test_a_nul_character_in_json_metadata_is_a_400_and_stores_nothing(
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_value"
     assert not Memory.objects.filter(tenant=tenant).exists()
+
+
+def test_trust_metrics_until_the_first_day_of_year_one_is_a_400_not_a_500(api_as, tenant):
+    # Found by tests/test_fuzz_inputs.py: the default window (90 days before until) overflowed.
+    response = api_as(tenant).get("/api/v1/trust/metrics/", {"until": "0001-01-01T00:00:00Z"})
+
+    assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_range")

@@ -653,7 +653,12 @@ def trust_metrics(
     if bucket not in BUCKETS:
         raise ApiError(code="invalid_bucket", message=f"bucket is one of {', '.join(BUCKETS)}.")
     end = until or now or timezone.now()
-    start = since or end - timedelta(days=settings.TRUST_WINDOW_DAYS)
+    try:
+        start = since or end - timedelta(days=settings.TRUST_WINDOW_DAYS)
+    except OverflowError:  # until in the first days of year 1 (a fuzzing find: was a 500)
+        raise ApiError(
+            code="invalid_range", message="until leaves no room for the default window."
+        ) from None
     if start >= end:
         raise ApiError(code="invalid_range", message="since must be before until.")
     limit = {"day": 1, "week": 7, "month": 28}[bucket] * MAX_BUCKETS
