@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 import pytest
-from django.apps import apps
 from django.db import transaction
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
@@ -34,7 +33,14 @@ from ledger.models import Role
 from memory.content_store import ItemDraft, content_item_store
 from memory.local_embedder import DIMENSIONS
 from memory.services import MemoryDraft, memories_store
-from tests.openapi_operations import OPERATIONS, WRITES, Operation, resolved
+from tests.openapi_operations import (
+    OPERATIONS,
+    PAGINATED,
+    WRITES,
+    Operation,
+    resolved,
+    table_rows,
+)
 
 MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "3"))
 FUZZ = hypothesis_settings(
@@ -164,14 +170,6 @@ def _call(world: dict[str, Any], method: str, url: str, **kwargs: Any) -> Any:
     return response
 
 
-def _rows() -> dict[str, int]:
-    return {
-        model._meta.label: model._default_manager.count()
-        for label in ("ledger", "memory", "trust")
-        for model in apps.get_app_config(label).get_models()
-    }
-
-
 def _body_properties(operation: Operation) -> list[str]:
     return list((operation.body_schema or {}).get("properties", {})) or ["value"]
 
@@ -190,7 +188,7 @@ def test_hostile_text_or_nesting_in_any_body_field_is_a_400_that_writes_nothing(
         raw, code = json.dumps(data.draw(hostile_text)), "invalid_value"
     else:
         raw, code = data.draw(too_deep_json), "too_deep"
-    before = _rows()
+    before = table_rows()
 
     response = _call(
         world,
@@ -202,7 +200,7 @@ def test_hostile_text_or_nesting_in_any_body_field_is_a_400_that_writes_nothing(
 
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] == code
-    assert _rows() == before
+    assert table_rows() == before
 
 
 # --- Date-times, in query parameters and in bodies ------------------------------------------
@@ -242,8 +240,6 @@ def test_a_date_time_naming_no_instant_is_a_400_and_any_other_no_500(world, oper
 
 
 # --- Cursors ----------------------------------------------------------------------------------
-
-PAGINATED = [op for op in OPERATIONS if "cursor" in op.query_parameters]
 
 
 @pytest.mark.parametrize("operation", PAGINATED, ids=str)
@@ -318,7 +314,7 @@ def test_a_vector_without_a_direction_is_refused_and_any_other_taken(
     world, operation, path, vector
 ):
     body = _skeleton(operation.body_schema or {}, path, vector)
-    before = _rows()
+    before = table_rows()
 
     response = _call(world, operation.method, _url(operation, world), data=body, format="json")
 
@@ -327,7 +323,7 @@ def test_a_vector_without_a_direction_is_refused_and_any_other_taken(
     else:
         assert response.status_code == 400, response.content
         assert response.json()["error"]["code"] == "invalid_embedding"
-        assert _rows() == before
+        assert table_rows() == before
 
 
 # --- Regexes ------------------------------------------------------------------------------

@@ -13,25 +13,15 @@ import json
 from typing import Any
 
 import pytest
-from django.apps import apps
 
 from config.api import MAX_JSON_DEPTH
 from ledger.models import Event
 from ledger.selectors import event_chain_verify
-from tests.openapi_operations import WRITES, Operation
+from tests.openapi_operations import WRITES, Operation, table_rows
 
 pytestmark = pytest.mark.django_db
 
 JSON = "application/json"
-
-
-def _rows() -> dict[str, int]:
-    """Every row count of our apps: a refused request must leave each one as it was."""
-    return {
-        model._meta.label: model._default_manager.count()
-        for label in ("ledger", "memory", "trust")
-        for model in apps.get_app_config(label).get_models()
-    }
 
 
 def nested(depth: int, leaf: str = "1") -> str:
@@ -64,7 +54,7 @@ def test_a_body_the_database_cannot_take_is_a_400_that_writes_nothing(
     client = api_as(tenant)
     raw, code, problem = HOSTILE[kind]
     body = f'{{"{first_property(operation)}": {raw}}}'
-    before = _rows()
+    before = table_rows()
 
     response = getattr(client, operation.method)(
         operation.url(), body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=f"k-{kind}"
@@ -75,7 +65,7 @@ def test_a_body_the_database_cannot_take_is_a_400_that_writes_nothing(
     assert error["code"] == code
     if problem is not None:
         assert error["details"] == {"pointer": f"/{first_property(operation)}", "problem": problem}
-    assert _rows() == before
+    assert table_rows() == before
 
 
 # The reported ones, each with an otherwise valid body: the surrogate alone decides.
