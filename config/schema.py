@@ -96,7 +96,8 @@ def _documented_operations() -> list[tuple[re.Pattern[str], dict[str, frozenset[
 def operation_query_parameters(method: str, path: str) -> frozenset[str] | None:
     """The query parameters the schema documents for this request, or None when it documents
     no such operation (the view then answers 404 or 405 itself)."""
-    method = "GET" if method == "HEAD" else method.upper()
+    method = method.upper()
+    method = "GET" if method == "HEAD" else method
     for regex, by_method in _documented_operations():
         if regex.match(path):
             return by_method.get(method)

@@ -179,3 +179,21 @@ def test_a_nul_in_a_parameter_or_path_is_named_as_such(api_as, tenant, url):
 
     assert response.status_code == 400
     assert response.json()["error"]["details"] == {"problem": "nul_character"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/ledger/?before_seq=abc",
+        "/ledger/?before_seq=-1",
+        "/ledger/?before_seq=99999999999999999999999",
+        "/trust/?page=abc",
+        "/trust/?page=99999999999999999999",
+        "/trust/review/?waiting=-1",
+    ],
+)
+def test_a_tampered_page_cursor_is_never_a_500(tenant, reviewer_client, url):
+    # The pages' own cursors: the ledger's before_seq (a form field) and Django's Paginator.
+    response = reviewer_client.get(url)
+
+    assert response.status_code in (200, 400)
