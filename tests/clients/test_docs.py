@@ -93,7 +93,7 @@ def test_the_integrations_docs_run(service, agent_key, monkeypatch, capsys):
 
 
 def test_the_coverage_table_lists_every_operation():
-    from agent_memory_client._operations import OPERATIONS
+    from ledgered_memory._operations import OPERATIONS
 
     table = (ROOT / "docs" / "client.md").read_text()
     for operation_id, (method, path, name) in OPERATIONS.items():

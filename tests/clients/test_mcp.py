@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_memory_client.mcp_server import TOOL_OPERATIONS
+from ledgered_memory.mcp_server import TOOL_OPERATIONS
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client

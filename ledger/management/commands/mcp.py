@@ -1,4 +1,4 @@
-"""``manage.py mcp``: the MCP server of clients/python (agent_memory_client.mcp_server), one
+"""``manage.py mcp``: the MCP server of clients/python (ledgered_memory.mcp_server), one
 command away from the service. It talks to the service over its HTTP API with an agent-scoped
 key, so it needs neither the database nor this process's Django state (manage.py does not start
 the embedded PostgreSQL for it)."""
@@ -20,12 +20,12 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []  # it serves tools; the service checks itself
 
     def add_arguments(self, parser: CommandParser) -> None:
-        from agent_memory_client.mcp_server import add_arguments
+        from ledgered_memory.mcp_server import add_arguments
 
         add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from agent_memory_client.mcp_server import run
+        from ledgered_memory.mcp_server import run
 
         try:
             run(

@@ -20,10 +20,10 @@ from typing import Any, Literal
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 
-from agent_memory_client import types
-from agent_memory_client._async import AsyncClient
-from agent_memory_client._sync import Client
-from agent_memory_client.errors import AgentMemoryError, ApiError, BadRequestError
+from ledgered_memory import types
+from ledgered_memory._async import AsyncClient
+from ledgered_memory._sync import Client
+from ledgered_memory.errors import AgentMemoryError, ApiError, BadRequestError
 
 INSTRUCTIONS = """\
 Long-term memory for one agent, shared with the other agents and people of its team. Use
