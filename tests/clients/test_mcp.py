@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from trust.models import Dissent
 ROOT = Path(__file__).resolve().parents[2]
 # Installed by `pip install ./clients/python` beside this interpreter (make setup does it).
 SCRIPT = Path(sys.executable).with_name("ledgered-memory-mcp")
+UVX = Path(sys.executable).with_name("uvx")  # the dev extra's uv
 
 
 @pytest.fixture
@@ -174,6 +176,26 @@ def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
         except OSError:
             assert time.monotonic() < deadline, "the MCP HTTP server did not listen"
             time.sleep(0.2)
+
+
+def test_uvx_starts_the_console_script_as_the_docs_say(
+    service, planner_key, others_memory, tmp_path
+):
+    # A copy of the package: a build leaves build/ in the folder it builds (pip, uv alike).
+    source = shutil.copytree(
+        ROOT / "clients" / "python",
+        tmp_path / "client",
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
+    parameters = StdioServerParameters(
+        command=str(UVX),
+        args=["--from", f"{source}[mcp]", "ledgered-memory-mcp"],
+        env=_env(service, planner_key),
+        cwd=str(tmp_path),
+    )
+    script = functools.partial(_every_tool, others_memory=others_memory)
+    seen = run_async(_session_run(stdio_client(parameters), script))
+    _check_every_tool(seen)
 
 
 @pytest.fixture
