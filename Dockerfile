@@ -23,8 +23,8 @@ COPY pyproject.toml README.md ./
 RUN pip install .
 
 COPY . .
-# The Python client, which `manage.py mcp` runs the MCP server with (its httpx and mcp are
-# dependencies of the project, installed above).
+# The Python client (ledgered-memory), which `manage.py mcp` and `ledgered-memory-mcp` run the
+# MCP server with (its httpx and mcp are dependencies of the project, installed above).
 RUN pip install --no-deps ./clients/python
 # settings.STATICFILES_DIRS serves them from here (collectstatic copies them at migrate).
 COPY --from=assets /assets/node_modules/chart.js/dist ./node_modules/chart.js/dist

@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # npm ci writes node_modules/.package-lock.json: the dashboards' browser assets (Chart.js).
 NODE_INSTALLED := node_modules/.package-lock.json
+# The TypeScript client's own packages (openapi-fetch, openapi-typescript, tsc), for its tests.
+TS_CLIENT := clients/typescript
+TS_INSTALLED := $(TS_CLIENT)/node_modules/.package-lock.json
 # The browser tests drive Debian's chromium, never a downloaded one.
 CHROMIUM := /usr/bin/chromium
 
@@ -18,7 +21,7 @@ up: $(INSTALLED) $(NODE_INSTALLED)
 demo: $(INSTALLED) $(NODE_INSTALLED)
 	exec $(BIN)/python manage.py up --demo $(ARGS)
 
-test: $(INSTALLED) $(NODE_INSTALLED) $(CHROMIUM)
+test: $(INSTALLED) $(NODE_INSTALLED) $(TS_INSTALLED) $(CHROMIUM)
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(INSTALLED)
@@ -30,7 +33,7 @@ typecheck: $(INSTALLED)
 
 check: lint typecheck test
 
-setup: $(INSTALLED) $(NODE_INSTALLED)
+setup: $(INSTALLED) $(NODE_INSTALLED) $(TS_INSTALLED)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +45,10 @@ $(INSTALLED): pyproject.toml clients/python/pyproject.toml | $(BIN)/python
 
 $(NODE_INSTALLED): package.json package-lock.json
 	npm ci --no-audit --no-fund
+	touch $@
+
+$(TS_INSTALLED): $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
 	touch $@
 
 # Installed for the tests when this is Debian and we may (root); otherwise say how.

@@ -20,7 +20,7 @@ import argparse
 import uuid
 from dataclasses import dataclass
 
-from agent_memory_client import Client, NotFoundError, types
+from ledgered_memory import Client, NotFoundError, types
 
 CRITERIA: list[types.RubricCriterionRequest] = [
     {"name": "correctness", "description": "The output does what the task asks, without errors."},

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from agent_memory_client import Client, RetryPolicy
+from ledgered_memory import Client, RetryPolicy
 
 from ledger import services
 from ledger.models import Role

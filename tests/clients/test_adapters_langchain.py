@@ -6,8 +6,6 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from agent_memory_client import AsyncClient
-from agent_memory_client.langchain import AgentMemoryChatMessageHistory, AgentMemoryRetriever
 from django.utils import timezone
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -22,6 +20,8 @@ from langchain_core.messages import (
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnablePassthrough
 from langchain_core.runnables.history import RunnableWithMessageHistory
+from ledgered_memory import AsyncClient
+from ledgered_memory.langchain import AgentMemoryChatMessageHistory, AgentMemoryRetriever
 
 from memory.models import Memory
 from tests.clients.threads import run_async

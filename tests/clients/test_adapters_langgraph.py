@@ -10,13 +10,13 @@ from datetime import timedelta
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from agent_memory_client import AsyncClient
-from agent_memory_client.langgraph import AgentMemoryStore
 from django.utils import timezone
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp
 from langgraph.store.memory import InMemoryStore
+from ledgered_memory import AsyncClient
+from ledgered_memory.langgraph import AgentMemoryStore
 
 from memory.models import Memory
 from tests.clients.threads import run_async

@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agent_memory_client import AsyncClient
-from agent_memory_client.openai_agents import AgentMemorySession
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.items import ModelResponse
 from agents.memory import Session, SessionSettings
 from agents.models.interface import Model
 from agents.usage import Usage
 from django.utils import timezone
+from ledgered_memory import AsyncClient
+from ledgered_memory.openai_agents import AgentMemorySession
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -223,7 +223,7 @@ def test_a_blocking_client_and_a_tenant_key_work_too(tenant_keys, agent_key, adm
 
 @pytest.mark.parametrize("session_id", ["x" * 201])
 def test_a_session_id_the_service_refuses_fails_loudly(tenant_keys, agent_key, session_id):
-    from agent_memory_client import BadRequestError
+    from ledgered_memory import BadRequestError
 
     async def scenario(client):
         await AgentMemorySession(session_id, async_client=client).add_items(ITEMS[:1])

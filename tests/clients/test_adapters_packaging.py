@@ -38,9 +38,7 @@ def test_the_dev_extra_installs_every_adapter_extra_at_the_same_pins():
 
 def test_the_client_imports_without_any_framework():
     frameworks = ("langgraph", "langchain_core", "agents", "openai")
-    check = (
-        f"import sys, agent_memory_client; print([m for m in {frameworks!r} if m in sys.modules])"
-    )
+    check = f"import sys, ledgered_memory; print([m for m in {frameworks!r} if m in sys.modules])"
 
     loaded = subprocess.run(
         [sys.executable, "-c", check], capture_output=True, text=True, check=True

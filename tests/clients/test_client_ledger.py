@@ -4,7 +4,7 @@ typed errors and the Idempotency-Key it sends on every POST."""
 from __future__ import annotations
 
 import pytest
-from agent_memory_client import (
+from ledgered_memory import (
     AsyncClient,
     AuthenticationError,
     BadRequestError,

@@ -4,7 +4,7 @@ recall and reflections, and the content store, as an agent-scoped key uses them.
 from __future__ import annotations
 
 import pytest
-from agent_memory_client import AsyncClient, BadRequestError, Client, NotFoundError
+from ledgered_memory import AsyncClient, BadRequestError, Client, NotFoundError
 
 from memory.models import Memory
 from tests.clients.threads import run_async

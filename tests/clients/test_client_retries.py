@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from agent_memory_client import (
+from ledgered_memory import (
     AsyncClient,
     Client,
     RetryPolicy,

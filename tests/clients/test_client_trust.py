@@ -4,7 +4,7 @@ interchange, the Devil's Advocate, metrics, gaming flags, the rubric and its pro
 from __future__ import annotations
 
 import pytest
-from agent_memory_client import Client, ConflictError, NotFoundError, PermissionDeniedError, types
+from ledgered_memory import Client, ConflictError, NotFoundError, PermissionDeniedError, types
 
 from trust.models import Dissent
 

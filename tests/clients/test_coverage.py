@@ -11,15 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_memory_client import AsyncClient, Client, types
-from agent_memory_client._operations import ITERATORS, OPERATIONS
 from drf_spectacular.generators import SchemaGenerator
+from ledgered_memory import AsyncClient, Client, types
+from ledgered_memory._operations import ITERATORS, OPERATIONS
 
 CODEGEN = Path(__file__).resolve().parents[2] / "clients" / "python" / "codegen.py"
 
 
 def _codegen():
-    spec = importlib.util.spec_from_file_location("agent_memory_codegen", CODEGEN)
+    spec = importlib.util.spec_from_file_location("ledgered_memory_codegen", CODEGEN)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there

@@ -4,15 +4,17 @@ page, like a reader pasting them into one session) against the real server."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import subprocess
-import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
-from tests.clients.test_mcp import _wait_listening
+from tests.clients.test_mcp import SCRIPT, _wait_listening
 from tests.clients.threads import in_fresh_thread
 from tests.live_server import _free_port
 
@@ -58,7 +60,7 @@ def test_the_mcp_docs_run(service, tenant_keys, admin, monkeypatch, capsys):
     env = {"AGENT_MEMORY_URL": service.base_url, "AGENT_MEMORY_API_KEY": key}
     port = _free_port()
     http = subprocess.Popen(
-        [sys.executable, "manage.py", "mcp", "--transport", "http", "--port", str(port)],
+        [SCRIPT, "--transport", "http", "--port", str(port)],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
@@ -78,6 +80,29 @@ def test_the_mcp_docs_run(service, tenant_keys, admin, monkeypatch, capsys):
     assert "ERROR line 3" in printed
 
 
+def test_the_mcp_client_configurations_start_the_installed_console_script():
+    """The Claude Desktop and Cursor blocks name this distribution, its mcp extra and the console
+    script it installs (uvx and pipx themselves are not on CI's machine)."""
+    distribution = metadata.distribution("ledgered-memory")
+    scripts = {e.name for e in distribution.entry_points if e.group == "console_scripts"}
+    blocks = re.findall(r"^```json\n(.*?)^```", (ROOT / "docs" / "mcp.md").read_text(), re.M | re.S)
+    launchers = []
+    for block in blocks:
+        for server in json.loads(block)["mcpServers"].values():
+            launcher, args = server["command"], server["args"]
+            launchers.append(launcher)
+            spec = {"uvx": ["--from"], "pipx": ["run", "--spec"]}[launcher]
+            assert args[: len(spec)] == spec
+            requirement = Requirement(args[len(spec)])
+            assert requirement.name == distribution.metadata["Name"]
+            assert requirement.extras == {"mcp"}
+            assert "mcp" in distribution.metadata.get_all("Provides-Extra", [])
+            assert args[len(spec) + 1 :] == [SCRIPT.name]
+            assert set(server["env"]) == {"AGENT_MEMORY_URL", "AGENT_MEMORY_API_KEY"}
+    assert SCRIPT.name in scripts
+    assert sorted(launchers) == ["pipx", "uvx"]
+
+
 def test_the_integrations_docs_run(service, agent_key, monkeypatch, capsys):
     _run_blocks(
         "integrations.md",
@@ -93,7 +118,7 @@ def test_the_integrations_docs_run(service, agent_key, monkeypatch, capsys):
 
 
 def test_the_coverage_table_lists_every_operation():
-    from agent_memory_client._operations import OPERATIONS
+    from ledgered_memory._operations import OPERATIONS
 
     table = (ROOT / "docs" / "client.md").read_text()
     for operation_id, (method, path, name) in OPERATIONS.items():

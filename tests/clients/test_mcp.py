@@ -1,10 +1,14 @@
-"""The MCP server (``manage.py mcp``) driven by the ``mcp`` client library over stdio and
-streamable HTTP, against the real server, with an agent-scoped key."""
+"""The MCP server driven by the ``mcp`` client library against the real server, with an
+agent-scoped key: the ``ledgered-memory-mcp`` console script over stdio (as an MCP client such as
+Claude Desktop starts it, outside this checkout) and ``manage.py mcp`` over streamable HTTP; and
+the one line each says on stderr, with nothing on stdout, when it cannot start."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_memory_client.mcp_server import TOOL_OPERATIONS
+from ledgered_memory.mcp_server import TOOL_OPERATIONS
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -26,11 +30,15 @@ from tests.live_server import _free_port
 from trust.models import Dissent
 
 ROOT = Path(__file__).resolve().parents[2]
+# Installed by `pip install ./clients/python` beside this interpreter (make setup does it).
+SCRIPT = Path(sys.executable).with_name("ledgered-memory-mcp")
+UVX = Path(sys.executable).with_name("uvx")  # the dev extra's uv
 
 
 @pytest.fixture
 def planner_key(admin) -> str:
     admin.agents_create(name="Planner")
+    admin.agents_create(name="Other")
     admin.rubric_create(
         criteria=[{"name": "correctness"}, {"name": "security"}, {"name": "clarity"}]
     )
@@ -55,7 +63,15 @@ async def _session_run(transport: AbstractAsyncContextManager[Any], script) -> A
         return await script(session)
 
 
-async def _every_tool(session: ClientSession) -> dict[str, Any]:
+@pytest.fixture
+def others_memory(admin, planner_key) -> int:
+    """The id of a memory of agent "Other", which Planner's tools must neither list nor touch."""
+    return admin.memories_create(agent="Other", content="Other's note: the vault code is 0000.")[
+        "id"
+    ]
+
+
+async def _every_tool(session: ClientSession, *, others_memory: int) -> dict[str, Any]:
     listed = await session.list_tools()
     seen: dict[str, Any] = {"tools": {tool.name: tool.description for tool in listed.tools}}
 
@@ -67,6 +83,20 @@ async def _every_tool(session: ClientSession) -> dict[str, Any]:
     )
     seen["stored"] = stored
     seen["search"] = await call("search_memories", query="when is staging restored?", top_k=3)
+    doomed = await call("store_memory", content="The office plant needs water on Fridays.")
+    seen["listed_memories"] = await call("list_memories", limit=1)
+    seen["listed_next"] = await call(
+        "list_memories", limit=1, cursor=seen["listed_memories"]["next_cursor"]
+    )
+    seen["updated"] = await call(
+        "update_memory",
+        memory_id=stored["id"],
+        content="The staging database is restored every Tuesday.",
+        importance=0.9,
+    )
+    seen["deleted"] = await call("delete_memory", memory_id=doomed["id"])
+    foreign = await session.call_tool("delete_memory", {"memory_id": others_memory})
+    seen["foreign"] = (foreign.isError, foreign.content[0].text)
     log = "\n".join(f"step {n}: ok" for n in range(100)) + "\nstep 100: FAILED timeout"
     item = await call("store_content", content=log, run_id="run-1", type="action_result")
     seen["item"] = item
@@ -92,6 +122,23 @@ def _check_every_tool(seen: dict[str, Any]) -> None:
     assert all(len(description) > 80 for description in seen["tools"].values())
     assert Memory.objects.get(pk=seen["stored"]["id"]).agent.name == "Planner"
     assert seen["search"][0]["id"] == seen["stored"]["id"]
+    newest, older = seen["listed_memories"]["memories"], seen["listed_next"]["memories"]
+    assert [m["content"] for m in newest] == ["The office plant needs water on Fridays."]
+    assert [m["id"] for m in older] == [seen["stored"]["id"]]  # Other's memory is not listed
+    assert seen["listed_next"]["next_cursor"] is None
+    kept = Memory.objects.get(pk=seen["stored"]["id"])
+    assert (
+        kept.content
+        == seen["updated"]["content"]
+        == "The staging database is restored every Tuesday."
+    )
+    assert kept.importance == seen["updated"]["importance"] == 0.9
+    assert seen["deleted"] == {"deleted": seen["listed_memories"]["memories"][0]["id"]}
+    assert not Memory.objects.filter(pk=seen["deleted"]["deleted"]).exists()
+    is_error, text = seen["foreign"]
+    assert is_error
+    assert "not_found" in text
+    assert Memory.objects.filter(agent__name="Other").count() == 1
     assert "FAILED" in str(seen["filtered"]["content"])
     assert "step 1: ok" not in str(seen["filtered"]["content"])
     assert [i["id"] for i in seen["listed"]] == [seen["item"]["id"]]
@@ -108,14 +155,14 @@ def _check_every_tool(seen: dict[str, Any]) -> None:
     assert "not_found" in text
 
 
-def test_the_stdio_server_exposes_every_tool(service, planner_key):
+def test_the_console_script_serves_every_tool_over_stdio(
+    service, planner_key, others_memory, tmp_path
+):
     parameters = StdioServerParameters(
-        command=sys.executable,
-        args=["manage.py", "mcp", "--transport", "stdio"],
-        env=_env(service, planner_key),
-        cwd=str(ROOT),
+        command=str(SCRIPT), args=[], env=_env(service, planner_key), cwd=str(tmp_path)
     )
-    seen = run_async(_session_run(stdio_client(parameters), _every_tool))
+    script = functools.partial(_every_tool, others_memory=others_memory)
+    seen = run_async(_session_run(stdio_client(parameters), script))
     _check_every_tool(seen)
 
 
@@ -129,6 +176,26 @@ def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
         except OSError:
             assert time.monotonic() < deadline, "the MCP HTTP server did not listen"
             time.sleep(0.2)
+
+
+def test_uvx_starts_the_console_script_as_the_docs_say(
+    service, planner_key, others_memory, tmp_path
+):
+    # A copy of the package: a build leaves build/ in the folder it builds (pip, uv alike).
+    source = shutil.copytree(
+        ROOT / "clients" / "python",
+        tmp_path / "client",
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
+    parameters = StdioServerParameters(
+        command=str(UVX),
+        args=["--from", f"{source}[mcp]", "ledgered-memory-mcp"],
+        env=_env(service, planner_key),
+        cwd=str(tmp_path),
+    )
+    script = functools.partial(_every_tool, others_memory=others_memory)
+    seen = run_async(_session_run(stdio_client(parameters), script))
+    _check_every_tool(seen)
 
 
 @pytest.fixture
@@ -149,8 +216,9 @@ def http_server(service, planner_key) -> Iterator[str]:
         process.wait(timeout=20)
 
 
-def test_the_streamable_http_server_exposes_every_tool(http_server):
-    seen = run_async(_session_run(streamable_http_client(http_server), _every_tool))
+def test_the_streamable_http_server_exposes_every_tool(http_server, others_memory):
+    script = functools.partial(_every_tool, others_memory=others_memory)
+    seen = run_async(_session_run(streamable_http_client(http_server), script))
     _check_every_tool(seen)
 
 
@@ -167,3 +235,60 @@ def test_it_refuses_a_tenant_wide_key(service, tenant_keys):
     )
     assert done.returncode != 0
     assert "agent-scoped" in done.stderr
+
+
+def _start_failure(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _assert_one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1
+    assert done.stdout == ""  # an MCP client would read anything there as protocol
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("ledgered-memory-mcp: ")
+    return lines[0]
+
+
+def test_the_console_script_says_in_one_line_that_the_service_is_down(planner_key):
+    port = _free_port()  # nothing listens there
+    env = {**os.environ, "AGENT_MEMORY_URL": f"http://127.0.0.1:{port}"}
+    env["AGENT_MEMORY_API_KEY"] = planner_key
+
+    line = _assert_one_line(_start_failure(env))
+
+    assert f"cannot reach the memory service at http://127.0.0.1:{port}" in line
+    assert "AGENT_MEMORY_URL" in line
+
+
+def test_the_console_script_says_in_one_line_that_the_key_is_wrong(service, planner_key):
+    wrong = planner_key[:-4] + ("aaaa" if not planner_key.endswith("aaaa") else "bbbb")
+
+    line = _assert_one_line(_start_failure(_env(service, wrong)))
+
+    assert f"the memory service at {service.base_url} refused the API key" in line
+    assert planner_key not in line
+    assert wrong not in line
+
+
+def test_the_console_script_refuses_a_tenant_wide_key(service, tenant_keys):
+    line = _assert_one_line(_start_failure(_env(service, tenant_keys.admin)))
+
+    assert "agent-scoped" in line
+
+
+def test_the_console_script_says_that_the_key_is_missing(service):
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_MEMORY_API_KEY"}
+
+    line = _assert_one_line(_start_failure({**env, "AGENT_MEMORY_URL": service.base_url}))
+
+    assert "AGENT_MEMORY_API_KEY" in line

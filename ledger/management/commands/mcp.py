@@ -1,7 +1,7 @@
-"""``manage.py mcp``: the MCP server of clients/python (agent_memory_client.mcp_server), one
-command away from the service. It talks to the service over its HTTP API with an agent-scoped
-key, so it needs neither the database nor this process's Django state (manage.py does not start
-the embedded PostgreSQL for it)."""
+"""``manage.py mcp``: the MCP server of clients/python (``ledgered-memory-mcp``, in
+ledgered_memory.mcp_cli), one command away from the service. It talks to the service over its
+HTTP API with an agent-scoped key, so it needs neither the database nor this process's Django
+state (manage.py does not start the embedded PostgreSQL for it)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []  # it serves tools; the service checks itself
 
     def add_arguments(self, parser: CommandParser) -> None:
-        from agent_memory_client.mcp_server import add_arguments
+        from ledgered_memory.mcp_cli import add_arguments
 
         add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from agent_memory_client.mcp_server import run
+        from ledgered_memory.mcp_cli import StartupError, run
 
         try:
             run(
@@ -35,5 +35,5 @@ class Command(BaseCommand):
                 host=options["host"],
                 port=options["port"],
             )
-        except ValueError as exc:  # no key given
+        except StartupError as exc:  # service down, key missing, wrong or tenant-wide
             raise CommandError(str(exc)) from exc

@@ -1,5 +1,5 @@
 """The one request path both clients share: URL and headers, retries with backoff, error mapping,
-cursor pages. The operation methods (``_sync.py``, ``_async.py``) are generated from the
+cursor pages. The operation methods (``_sync/``, ``_async/``) are generated from the
 service's OpenAPI schema and only name the method, path, query and body of each call.
 """
 
@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 
-from agent_memory_client.errors import TransportError, error_for
+from ledgered_memory.errors import TransportError, error_for
 
 T = TypeVar("T")
 
@@ -134,7 +134,7 @@ class _Base:
         self._headers = {
             "Authorization": f"Bearer {key}",
             "Accept": "application/json",
-            "User-Agent": "agent-memory-client/0.1",
+            "User-Agent": "ledgered-memory/0.1",
         }
         self.timeout = timeout
         self.retry = retry or RetryPolicy()

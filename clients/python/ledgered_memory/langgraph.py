@@ -1,8 +1,8 @@
 """LangGraph's long-term memory store, backed by the service: ``AgentMemoryStore``.
 
-    pip install "agent-memory-client[langgraph]"
+    pip install "ledgered-memory[langgraph]"
 
-    from agent_memory_client.langgraph import AgentMemoryStore
+    from ledgered_memory.langgraph import AgentMemoryStore
 
     store = AgentMemoryStore(index_fields=["text"])  # AGENT_MEMORY_URL, AGENT_MEMORY_API_KEY
     graph = builder.compile(store=store)
@@ -46,8 +46,8 @@ from langgraph.store.base import (
     get_text_at_path,
 )
 
-from agent_memory_client import types
-from agent_memory_client._adapters import (
+from ledgered_memory import types
+from ledgered_memory._adapters import (
     MAX_PAGE_SIZE,
     Clients,
     ListParams,
@@ -61,9 +61,9 @@ from agent_memory_client._adapters import (
     memory_text,
     metadata_param,
 )
-from agent_memory_client._async import AsyncClient
-from agent_memory_client._sync import Client
-from agent_memory_client.errors import NotFoundError
+from ledgered_memory._async import AsyncClient
+from ledgered_memory._sync import Client
+from ledgered_memory.errors import NotFoundError
 
 __all__ = ["AgentMemoryStore"]
 

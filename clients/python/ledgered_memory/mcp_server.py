@@ -1,8 +1,11 @@
-"""An MCP server that gives one agent its memory tools: search and store memories, store,
-retrieve and query content items, recall a run, log a dissent, read the rubric and its own trust.
+"""An MCP server that gives one agent its memory tools: search, store, list, update and delete
+memories, store, retrieve and query content items, recall a run, log a dissent, read the rubric
+and its own trust.
 
     AGENT_MEMORY_URL=http://127.0.0.1:8000 AGENT_MEMORY_API_KEY=<agent-scoped key> \\
-        python manage.py mcp --transport stdio          # or: --transport http --port 8765
+        ledgered-memory-mcp                 # or: --transport http --port 8765; or manage.py mcp
+
+The command line (``ledgered-memory-mcp``, ``manage.py mcp``) is in ``mcp_cli``.
 
 The tools go through the service's HTTP API with this package's client, not through the Django
 services: the agent-scoped key is then checked, scoped and rate-limited by exactly the code every
@@ -13,23 +16,22 @@ against a remote service. The cost is one loopback HTTP hop per tool call.
 
 from __future__ import annotations
 
-import argparse
-import sys
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 
-from agent_memory_client import types
-from agent_memory_client._async import AsyncClient
-from agent_memory_client._sync import Client
-from agent_memory_client.errors import AgentMemoryError, ApiError, BadRequestError
+from ledgered_memory import types
+from ledgered_memory._async import AsyncClient
+from ledgered_memory.errors import AgentMemoryError, ApiError
 
 INSTRUCTIONS = """\
 Long-term memory for one agent, shared with the other agents and people of its team. Use
 search_memories before answering from memory and store_memory for facts worth keeping beyond
-this conversation. Large tool outputs (logs, pages, query results) go to store_content; read
-them back in pieces with retrieve_content instead of pasting them into the conversation.
+this conversation; list_memories, update_memory and delete_memory keep what is stored correct.
+Large tool outputs (logs, pages, query results) go to store_content; read them back in pieces
+with retrieve_content instead of pasting them into the conversation.
 recall brings back what happened earlier in a run. log_dissent records a disagreement with the
 team's output, citing rubric criteria (get_rubric lists them). get_my_trust shows how much the
 team trusts this agent's judgement and why."""
@@ -38,6 +40,9 @@ team trusts this agent's judgement and why."""
 TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
     "search_memories": ("v1_memories_search_create",),
     "store_memory": ("v1_memories_create",),
+    "list_memories": ("v1_memories_list",),
+    "update_memory": ("v1_memories_partial_update",),
+    "delete_memory": ("v1_memories_destroy",),
     "store_content": ("v1_content_items_create",),
     "retrieve_content": ("v1_content_items_retrieve",),
     "query_content": ("v1_content_items_list",),
@@ -60,23 +65,6 @@ def _fail(exc: AgentMemoryError) -> ToolError:
 def _given(**values: Any) -> dict[str, Any]:
     """The arguments the model actually passed: an omitted one keeps the server's default."""
     return {name: value for name, value in values.items() if value is not None}
-
-
-def whoami(client: Client) -> str:
-    """The name of the key's agent. A tenant-wide key is refused: these tools act as one agent,
-    and only an agent-scoped key lets the service enforce that."""
-    try:
-        # Recall without "agent" is answered for an agent-scoped key's own agent and refused
-        # for a tenant-wide key; it reads only (an unknown run recalls nothing).
-        answer = client.recall(run_id="mcp-whoami", mode="episodic", max_recent=1)
-    except BadRequestError as exc:
-        if "agent" in exc.details:
-            raise SystemExit(
-                "The MCP server needs an agent-scoped API key (created with an agent); "
-                "this key is tenant-wide."
-            ) from exc
-        raise
-    return answer["agent"]
 
 
 def build_server(
@@ -145,10 +133,84 @@ def build_server(
             memory = await client.memories_create(**fields)
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
+        return _pick(memory, ("id", "memory_type", "importance", "tags", "expires_at"))
+
+    @server.tool(
+        description=(
+            "List your stored memories, newest first, to review what you remember or find one "
+            "to correct: filter by memory_type, tag or session_id. Returns up to 'limit' "
+            "memories (id, content, type, importance, tags, session, dates) and a next_cursor; "
+            "pass it back as 'cursor' for the next page (null: there is no more)."
+        )
+    )
+    async def list_memories(
+        memory_type: str | None = None,
+        tag: str | None = None,
+        session_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        try:
+            page = await client.memories_list(
+                memory_type=memory_type,
+                tag=tag,
+                session_id=session_id,
+                page_size=limit,
+                cursor=cursor,
+            )
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
         return {
-            key: memory[key]  # type: ignore[literal-required]
-            for key in ("id", "memory_type", "importance", "tags", "expires_at")
+            "memories": [_memory_summary(memory) for memory in page.results],
+            "next_cursor": page.next_cursor,
         }
+
+    @server.tool(
+        description=(
+            "Correct one of your memories by its id (from search_memories or list_memories): "
+            "give only what changes: content (a self-contained sentence), memory_type, "
+            "importance from 0 to 1, tags (replaces the list), metadata (replaces the object), "
+            "or expires_at (an ISO 8601 date-time). Its earlier versions stay in the team's "
+            "ledger. Returns the memory as it now is."
+        )
+    )
+    async def update_memory(
+        memory_id: int,
+        content: str | None = None,
+        memory_type: str | None = None,
+        importance: float | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        expires_at: str | None = None,
+    ) -> dict[str, Any]:
+        fields = _given(
+            content=content,
+            memory_type=memory_type,
+            importance=importance,
+            tags=tags,
+            metadata=metadata,
+            expires_at=expires_at,
+        )
+        try:
+            memory = await client.memories_update(memory_id, **fields)
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return _memory_summary(memory)
+
+    @server.tool(
+        description=(
+            "Delete one of your memories for good, by its id: use it for something wrong, "
+            "obsolete or that should never have been stored (its text is shredded; the ledger "
+            "keeps only that it existed). To correct a memory, prefer update_memory. Returns "
+            "the deleted id."
+        )
+    )
+    async def delete_memory(memory_id: int) -> dict[str, Any]:
+        try:
+            await client.memories_delete(memory_id)
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return {"deleted": memory_id}
 
     @server.tool(
         description=(
@@ -359,52 +421,23 @@ def build_server(
     return server
 
 
+def _pick(answer: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of an API answer a tool returns: what the model needs, not every column."""
+    return {key: answer[key] for key in keys}
+
+
 def _item_summary(item: types.ContentItem) -> dict[str, Any]:
-    return {
-        key: item[key]  # type: ignore[literal-required]
-        for key in ("id", "type", "format", "run_id", "size", "tokens_full", "tags", "timestamp")
-    }
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="agent-memory-mcp", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    run(**vars(parser.parse_args(argv)))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    parser.add_argument(
-        "--url", default=None, help="The service's base URL (default: $AGENT_MEMORY_URL)"
+    return _pick(
+        item, ("id", "type", "format", "run_id", "size", "tokens_full", "tags", "timestamp")
     )
-    parser.add_argument(
-        "--api-key",
-        default=None,
-        help="An agent-scoped API key (default: $AGENT_MEMORY_API_KEY; prefer the variable, "
-        "a flag shows in the process list)",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="http only: address to listen on")
-    parser.add_argument("--port", type=int, default=8765, help="http only: port to listen on")
 
 
-def run(
-    *,
-    transport: str = "stdio",
-    url: str | None = None,
-    api_key: str | None = None,
-    host: str = "127.0.0.1",
-    port: int = 8765,
-) -> None:
-    # Both clients fall back to $AGENT_MEMORY_URL and $AGENT_MEMORY_API_KEY. The agent is asked
-    # once, blocking, before the server's event loop starts: an async client's pooled
-    # connections belong to the loop that opened them.
-    with Client(base_url=url, api_key=api_key) as probe:
-        agent = whoami(probe)
-    client = AsyncClient(base_url=url, api_key=api_key)
-    print(f"agent-memory MCP server for agent {agent!r} ({transport})", file=sys.stderr)
-    server = build_server(client, agent=agent, host=host, port=port)
-    server.run("stdio" if transport == "stdio" else "streamable-http")
+def _memory_summary(memory: types.Memory) -> dict[str, Any]:
+    fields = ("id", "content", "memory_type", "importance", "tags", "session_id")
+    return _pick(memory, (*fields, "created_at", "updated_at", "expires_at"))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m ledgered_memory.mcp_server, as before the console script
+    from ledgered_memory.mcp_cli import main
+
     main()

@@ -1,8 +1,8 @@
 """LangChain over the service: a retriever over memory search, and a chat message history.
 
-    pip install "agent-memory-client[langchain]"
+    pip install "ledgered-memory[langchain]"
 
-    from agent_memory_client.langchain import AgentMemoryChatMessageHistory, AgentMemoryRetriever
+    from ledgered_memory.langchain import AgentMemoryChatMessageHistory, AgentMemoryRetriever
 
     retriever = AgentMemoryRetriever(top_k=4)  # AGENT_MEMORY_URL, AGENT_MEMORY_API_KEY
     history = AgentMemoryChatMessageHistory("support-42")
@@ -44,8 +44,8 @@ from langchain_core.messages import (
 from langchain_core.retrievers import BaseRetriever
 from pydantic import PrivateAttr
 
-from agent_memory_client import types
-from agent_memory_client._adapters import (
+from ledgered_memory import types
+from ledgered_memory._adapters import (
     Clients,
     Plan,
     SessionAdapter,
@@ -53,8 +53,8 @@ from agent_memory_client._adapters import (
     memories_search,
     memory_text,
 )
-from agent_memory_client._async import AsyncClient
-from agent_memory_client._sync import Client
+from ledgered_memory._async import AsyncClient
+from ledgered_memory._sync import Client
 
 __all__ = ["AgentMemoryChatMessageHistory", "AgentMemoryRetriever"]
 

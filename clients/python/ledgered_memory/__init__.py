@@ -1,7 +1,7 @@
 """Typed Python client for the Agent Memory service, sync (``Client``) and async
 (``AsyncClient``), one method per API operation.
 
-    from agent_memory_client import Client
+    from ledgered_memory import Client
 
     with Client(base_url="http://127.0.0.1:8000", api_key="am_...") as memory:
         memory.memories_create(content="The deploy window is Tuesdays.", agent="planner")
@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
-from agent_memory_client import types
-from agent_memory_client._async import AsyncClient
-from agent_memory_client._core import Page, RetryPolicy
-from agent_memory_client._sync import Client
-from agent_memory_client.errors import (
+from ledgered_memory import types
+from ledgered_memory._async import AsyncClient
+from ledgered_memory._core import Page, RetryPolicy
+from ledgered_memory._sync import Client
+from ledgered_memory.errors import (
     AgentMemoryError,
     ApiError,
     AuthenticationError,

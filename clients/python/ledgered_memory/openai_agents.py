@@ -1,9 +1,9 @@
 """The OpenAI Agents SDK's session, kept by the service: ``AgentMemorySession``.
 
-    pip install "agent-memory-client[openai-agents]"
+    pip install "ledgered-memory[openai-agents]"
 
     from agents import Agent, Runner
-    from agent_memory_client.openai_agents import AgentMemorySession
+    from ledgered_memory.openai_agents import AgentMemorySession
 
     session = AgentMemorySession("support-42")  # AGENT_MEMORY_URL, AGENT_MEMORY_API_KEY
     result = await Runner.run(agent, "Where is my order?", session=session)
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, cast
 from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 
-from agent_memory_client import types
-from agent_memory_client._adapters import SessionAdapter, Turn, memory_text
-from agent_memory_client._async import AsyncClient
-from agent_memory_client._sync import Client
+from ledgered_memory import types
+from ledgered_memory._adapters import SessionAdapter, Turn, memory_text
+from ledgered_memory._async import AsyncClient
+from ledgered_memory._sync import Client
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

@@ -16,11 +16,11 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypedDict, TypeVar, Unpack, cast
 
-from agent_memory_client import types
-from agent_memory_client._async import AsyncClient
-from agent_memory_client._core import Page
-from agent_memory_client._sync import Client
-from agent_memory_client.errors import AgentMemoryError, NotFoundError
+from ledgered_memory import types
+from ledgered_memory._async import AsyncClient
+from ledgered_memory._core import Page
+from ledgered_memory._sync import Client
+from ledgered_memory.errors import AgentMemoryError, NotFoundError
 
 T = TypeVar("T")
 
