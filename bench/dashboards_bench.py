@@ -58,7 +58,7 @@ def load(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
 
     from ledger.models import Agent, Role
     from ledger.services import membership_grant
-    from trust.scoring import text_hash
+    from trust.scores.scoring import text_hash
 
     changes_table = Table(
         "trust_trustscorechange",

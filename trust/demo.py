@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from ledger.models import Agent, Tenant
 from ledger.services import SYSTEM_ACTOR
-from trust import governance, services
+from trust.governance import services as governance
 from trust.models import Round
+from trust.rounds import services
 
 RUN_ID = "demo-trust"
 LEAD = "dana (team lead)"

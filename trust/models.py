@@ -1,7 +1,7 @@
 """Trust: rounds, dissents, overrides, trust score history, gaming flags and the living rubric.
 
-Every table here is a projection of the ledger (trust.projection replays it). Rows are written by
-trust.services in the same transaction as the event that records them.
+Every table here is a projection of the ledger (trust.rounds.projection replays it). Rows are
+written by trust.rounds.services in the same transaction as the event that records them.
 """
 
 from __future__ import annotations

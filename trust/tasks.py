@@ -17,7 +17,11 @@ from ledger.jobs import (
     job_task_run,
 )
 from ledger.models import Agent, Tenant
-from trust.services import dissent_embeddings_backfill, overrides_infer_regret, trust_recompute
+from trust.rounds.services import (
+    dissent_embeddings_backfill,
+    overrides_infer_regret,
+    trust_recompute,
+)
 
 REGRET_INFERENCE_JOB = "trust.regret_inference"
 WINDOWS_JOB = "trust.windows"

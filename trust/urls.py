@@ -7,9 +7,9 @@ from typing import Any
 
 from django.urls import include, path
 
-from trust import views
-from trust.api import api_urls as core_urls
-from trust.governance_api import api_urls as governance_urls
+from trust.governance.api import api_urls as governance_urls
+from trust.pages import views
+from trust.rounds.api import api_urls as core_urls
 
 # Governance first: its trust/devils-advocate/ and trust/metrics/ are words where the core's
 # trust/{agent_id}/ takes a value, and a detail route's default pattern ([^/.]+) would swallow

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from ledger.models import Role
 from tests.trust.governance_rows import dissent_row, flag_row, override_row, proposal_row
-from trust import services
 from trust.models import Override, RubricProposal, TrustScoreChange
+from trust.rounds import services
 
 SCRIPT_TEXT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
@@ -167,7 +167,7 @@ def test_a_reviewer_cannot_reach_admin_only_actions(page_as, critic, tenant, scr
 
 
 def test_an_admin_decides_a_proposal_and_clears_a_flag_inline(page_as, critic, tenant, screenshot):
-    from trust.governance import CriterionDraft, rubric_version_create
+    from trust.governance.services import CriterionDraft, rubric_version_create
 
     rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="root")
     proposal = proposal_row(tenant)

@@ -34,9 +34,9 @@ from memory.services import (
     memory_delete,
     memory_update,
 )
-from trust.governance import CriterionDraft, rubric_proposal_open, rubric_version_create
+from trust.governance.services import CriterionDraft, rubric_proposal_open, rubric_version_create
 from trust.models import Dissent, GamingFlag, Override, RubricProposal
-from trust.services import (
+from trust.rounds.services import (
     dissent_log,
     dissent_set_impact,
     override_log,

@@ -7,7 +7,7 @@ import pytest
 from config.api import ApiError
 from ledger.models import Event
 from tests.trust.governance_rows import agent_with, override_row
-from trust.governance import (
+from trust.governance.services import (
     CriterionDraft,
     decision_maker_trust,
     rubric_proposal_decide,
@@ -15,7 +15,7 @@ from trust.governance import (
     rubric_version_create,
 )
 from trust.models import RubricVersion
-from trust.selectors import rubric_current
+from trust.scores.selectors import rubric_current
 
 pytestmark = pytest.mark.django_db
 

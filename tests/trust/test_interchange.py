@@ -13,11 +13,9 @@ from django.core.management import call_command
 from config.api import ApiError
 from ledger.models import Agent, Event
 from ledger.projections import projection_rebuild, registered_projections
-from trust import selectors
-from trust.interchange import agent_export, agent_import
+from trust.interchange.services import agent_export, agent_import
 from trust.models import Dissent, Override, TrustScoreChange
-from trust.scoring import trust_score
-from trust.services import (
+from trust.rounds.services import (
     dissent_log,
     dissent_set_impact,
     override_log,
@@ -27,6 +25,8 @@ from trust.services import (
     rounds_post,
     trust_recompute,
 )
+from trust.scores import selectors
+from trust.scores.scoring import trust_score
 
 pytestmark = pytest.mark.django_db
 

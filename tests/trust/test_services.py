@@ -11,7 +11,7 @@ from config.api import ApiError
 from ledger.models import Event
 from memory.local_embedder import DIMENSIONS
 from tests.standins import hashed_bag_of_words
-from trust.governance import CriterionDraft, rubric_version_create
+from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import (
     ArtifactVersion,
     Dissent,
@@ -20,7 +20,7 @@ from trust.models import (
     Round,
     TrustScoreChange,
 )
-from trust.services import (
+from trust.rounds.services import (
     dissent_embeddings_backfill,
     dissent_log,
     dissent_set_impact,

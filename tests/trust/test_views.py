@@ -21,9 +21,9 @@ from tests.trust.governance_rows import (
     override_row,
     proposal_row,
 )
-from trust import services
-from trust.governance import CriterionDraft, rubric_version_create
+from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import GamingFlag, Override, RubricProposal, RubricVersion, TrustScoreChange
+from trust.rounds import services
 
 pytestmark = pytest.mark.django_db
 

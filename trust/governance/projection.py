@@ -17,7 +17,7 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.models import Agent, Event, Tenant
 from ledger.services import tenant_write_lock
-from trust.governance import GAMING_EVENT_KINDS, RUBRIC_EVENT_KINDS
+from trust.governance.services import GAMING_EVENT_KINDS, RUBRIC_EVENT_KINDS
 from trust.models import GamingFlag, Override, RubricCriterion, RubricProposal, RubricVersion
 
 _FLAG_FIELDS = (

@@ -31,10 +31,10 @@ from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
 from memory.api import agent_for_caller
-from trust import interchange, selectors, services
+from trust.interchange import services as interchange
 from trust.models import Dissent, Override, Round
-from trust.scoring import trust_score
-from trust.serializers import (
+from trust.rounds import services
+from trust.rounds.serializers import (
     ArtifactVersionSerializer,
     DissentImpactSerializer,
     DissentLogSerializer,
@@ -50,6 +50,8 @@ from trust.serializers import (
     TrustDetailSerializer,
     TrustRecomputeSerializer,
 )
+from trust.scores import selectors
+from trust.scores.scoring import trust_score
 
 
 class NewestFirst(CursorPagination):

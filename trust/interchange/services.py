@@ -35,10 +35,8 @@ from ledger.services import (
     agent_update,
     tenant_write_lock,
 )
-from trust import selectors
 from trust.models import Dissent, DissentEmbedding, Override, TrustScoreChange
-from trust.scoring import MAX_DEPTH, MAX_NOVELTY, PRIOR, Depth, dissent_depth, text_hash
-from trust.services import (
+from trust.rounds.services import (
     EMBEDDING_BATCH,
     TEXT_MAX_CHARS,
     dissent_logged_payload,
@@ -47,6 +45,8 @@ from trust.services import (
     score_changed_payload,
     trust_recompute,
 )
+from trust.scores import selectors
+from trust.scores.scoring import MAX_DEPTH, MAX_NOVELTY, PRIOR, Depth, dissent_depth, text_hash
 
 # How far a recorded depth may be from the sum of its recorded parts: the float sum, twice.
 _DEPTH_TOLERANCE = 1e-9

@@ -2,7 +2,7 @@
 
 Each service takes the tenant's ledger lock first (the lock order every writer shares), then
 writes its rows and the events that record them in one transaction, so a refused request leaves
-nothing behind and a rebuild from the ledger (trust.projection) gets the same rows.
+nothing behind and a rebuild from the ledger (trust.rounds.projection) gets the same rows.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ledger.models import Agent, Event, Tenant
 from ledger.services import SYSTEM_ACTOR, EventDraft, event_append, events_append, tenant_write_lock
 from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name
 from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
-from trust import governance, selectors
+from trust.governance import services as governance
 from trust.models import (
     ArtifactVersion,
     Dissent,
@@ -33,7 +33,8 @@ from trust.models import (
     RubricVersion,
     TrustScoreChange,
 )
-from trust.scoring import Depth, dissent_depth, text_hash, trust_score
+from trust.scores import selectors
+from trust.scores.scoring import Depth, dissent_depth, text_hash, trust_score
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 One URL per page; an HTMX request renders only the partial it targets (the overview's table, a
 page of an agent's dissents or overrides, the waiting overrides), and the review queue's actions
-answer with the row they changed. Every write goes through trust.services / trust.governance, so
-it is one transaction with its ledger event, in the reviewer's name.
+answer with the row they changed. Every write goes through trust.rounds.services /
+trust.governance.services, so it is one transaction with its ledger event, in the reviewer's name.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from config.views import HtmxHttpRequest
 from config.web import page_or_partial, partial_wanted, role_required, tenant_membership
 from ledger.models import Agent, Role
 from ledger.services import actor_for_user
-from trust import governance, interchange, selectors, services
-from trust.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
+from trust.governance import services as governance
+from trust.interchange import services as interchange
 from trust.models import GamingFlag, Override, RubricProposal
+from trust.pages.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
+from trust.rounds import services
+from trust.scores import selectors
 
 AGENTS_PER_PAGE = 25
 EVIDENCE_PER_PAGE = 20

@@ -30,8 +30,8 @@ from trust.models import (
     RoundParticipant,
     TrustScoreChange,
 )
-from trust.scoring import text_hash
-from trust.services import TRUST_EVENT_KINDS
+from trust.rounds.services import TRUST_EVENT_KINDS
+from trust.scores.scoring import text_hash
 
 # What a snapshot compares: every column a replay restores, per table, in a stable order.
 _SNAPSHOT_QUERIES = {

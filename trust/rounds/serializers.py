@@ -176,7 +176,7 @@ class LongTermStatsSerializer(serializers.Serializer[Any]):
 
 class TrustDetailSerializer(TrustAgentSerializer):
     components = serializers.DictField(
-        help_text="The score's terms (trust.scoring.TrustBreakdown)."
+        help_text="The score's terms (trust.scores.scoring.TrustBreakdown)."
     )
     history = TrustHistoryEntrySerializer(many=True)
     long_term_stats = LongTermStatsSerializer()

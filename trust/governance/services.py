@@ -1,8 +1,8 @@
 """What trust scores drive: Devil's Advocate selection, gaming flags, the living rubric, metrics.
 
-Writers here follow trust.services: the tenant's ledger lock first, then the rows, then the event
-that records them, all in one transaction, so the governance tables can be rebuilt from the
-ledger (trust.governance_projection).
+Writers here follow trust.rounds.services: the tenant's ledger lock first, then the rows, then the
+event that records them, all in one transaction, so the governance tables can be rebuilt from the
+ledger (trust.governance.projection).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from trust.models import (
     RubricProposal,
     RubricVersion,
 )
-from trust.scoring import PRIOR, citation_entropy
-from trust.selectors import agent_on_probation, agents_named, rubric_current
+from trust.scores.scoring import PRIOR, citation_entropy
+from trust.scores.selectors import agent_on_probation, agents_named, rubric_current
 
 DEVILS_ADVOCATE_PICKED = "trust.devils_advocate_picked"
 GAMING_EVENT_KINDS = frozenset({"gaming.flagged", "gaming.flag_reviewed"})
@@ -155,8 +155,8 @@ def devils_advocate_pick(
 def gaming_check(*, agent: Agent, now: datetime | None = None) -> GamingFlag | None:
     """Flag the agent for review when its recent citations narrowed while its trust is high.
 
-    Called by trust.services after every dissent, inside its transaction. Returns the new flag,
-    or None (too few dissents, diverse enough, trust too low, or a flag already waits).
+    Called by trust.rounds.services after every dissent, inside its transaction. Returns the new
+    flag, or None (too few dissents, diverse enough, trust too low, or a flag already waits).
     """
     moment = now or timezone.now()
     # Inside a caller's transaction no savepoint: a failure here fails the caller anyway.

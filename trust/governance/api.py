@@ -24,15 +24,7 @@ from config.api import ApiError
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
-from trust.governance import (
-    devils_advocate_pick,
-    gaming_flag_review,
-    rubric_proposal_decide,
-    rubric_proposal_open,
-    rubric_version_create,
-    trust_metrics,
-)
-from trust.governance_serializers import (
+from trust.governance.serializers import (
     DevilsAdvocatePickSerializer,
     DevilsAdvocateRequestSerializer,
     GamingFlagReviewSerializer,
@@ -45,8 +37,16 @@ from trust.governance_serializers import (
     RubricVersionSerializer,
     TrustMetricsSerializer,
 )
+from trust.governance.services import (
+    devils_advocate_pick,
+    gaming_flag_review,
+    rubric_proposal_decide,
+    rubric_proposal_open,
+    rubric_version_create,
+    trust_metrics,
+)
 from trust.models import GamingFlag, Override, RubricProposal, RubricVersion
-from trust.selectors import agents_named, rubric_current, unknown_agents
+from trust.scores.selectors import agents_named, rubric_current, unknown_agents
 
 
 def status_filtered(

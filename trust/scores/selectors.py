@@ -35,7 +35,7 @@ from trust.models import (
     RubricVersion,
     TrustScoreChange,
 )
-from trust.scoring import PRIOR, TrustBreakdown, TrustEvidence, citation_entropy, trust_score
+from trust.scores.scoring import PRIOR, TrustBreakdown, TrustEvidence, citation_entropy, trust_score
 
 WINDOW_MIN_EVENTS = 5  # below this many events in the window, a ratio uses all history
 DEPTH_WINDOW = 100  # avg_depth is over the agent's last 100 dissents

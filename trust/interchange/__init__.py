@@ -1,0 +1,1 @@
+"""The per-agent document: export an agent's trust record, import one."""

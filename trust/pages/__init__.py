@@ -1,0 +1,1 @@
+"""The trust dashboards: overview, agent page, review queue and their actions."""

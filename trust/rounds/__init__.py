@@ -1,0 +1,1 @@
+"""Rounds and the evidence logged in them: dissents, overrides and regret inference."""

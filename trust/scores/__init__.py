@@ -1,0 +1,1 @@
+"""Trust scores: the pure formulas (scoring), the evidence behind a score, recompute, probation."""
