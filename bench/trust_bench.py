@@ -17,7 +17,7 @@ data lives in its own embedded PostgreSQL under var/bench-trust, deleted at the 
    of one real embedding call (texts of 20-80 made-up words) is measured and printed on its own. In
    the timed loop trust.rounds.services.embed_texts answers the precomputed vector of the text;
    everything else is the service as it runs. Target p95 <= 25 ms.
-2. trust.rounds.services.trust_recompute over a tenant of ``--agents`` agents with
+2. trust.scores.services.trust_recompute over a tenant of ``--agents`` agents with
    ``--events-per-agent`` dissents and overrides each, spread over ``--days`` days (each agent's
    rates differ inside and before the 90-day window, so the window matters). Loaded with COPY, not
    through the services. Baselines in the same run: the evidence SQL alone, and one recompute per
@@ -25,7 +25,7 @@ data lives in its own embedded PostgreSQL under var/bench-trust, deleted at the 
 3. ledger.projections.projection_rebuild of the "trust" projection for the same tenant: its ledger
    events are appended first through ledger.services.events_append (batches of 1,000) with the
    payloads the services write (their own payload functions where they have one).
-4. trust.rounds.services.overrides_infer_regret over ``--open-overrides`` open overrides past their
+4. trust.rounds.overrides.overrides_infer_regret over ``--open-overrides`` open overrides past their
    deadline in finalised rounds, half of them contradicted by the round's output; then a second run,
    which must mark nothing. Target <= 5 s.
 """
@@ -316,7 +316,9 @@ class History:
     def events(self, names: dict[int, str]) -> Iterator[Any]:
         """The ledger events the services would have written for these rows, oldest first."""
         from ledger.services import EventDraft
-        from trust.rounds.services import dissent_logged_payload, iso, override_logged_payload
+        from trust.rounds.overrides import override_logged_payload
+        from trust.rounds.policies import iso
+        from trust.rounds.services import dissent_logged_payload
 
         known = np.flatnonzero(self.d_impact >= 0)
         regret = np.flatnonzero(self.o_regret)
@@ -466,8 +468,8 @@ def bench_dissent_log(
     from memory.embeddings import embed_texts, embedder_name
     from trust.governance import services as governance
     from trust.models import Dissent
-    from trust.rounds import services
-    from trust.scores import selectors
+    from trust.rounds import selectors, services
+    from trust.scores.services import trust_recompute
 
     say(f"1. dissent_log; load average {load_average()}")
     per_other = max(args.others // max(args.other_agents, 1), 1)
@@ -532,7 +534,7 @@ def bench_dissent_log(
         mock.patch.object(
             services,
             "trust_recompute",
-            stages.wrap("trust_recompute (+ event)", services.trust_recompute),
+            stages.wrap("trust_recompute (+ event)", trust_recompute),
         ),
         mock.patch.object(
             governance, "gaming_check", stages.wrap("gaming_check", governance.gaming_check)
@@ -610,8 +612,7 @@ def bench_history(
 
     from ledger.models import Event
     from ledger.projections import projection_rebuild, registered_projections
-    from trust.rounds import services
-    from trust.scores import selectors
+    from trust.scores import selectors, services
 
     say(f"2. trust_recompute over a tenant; load average {load_average()}")
     names = [f"agent-{i:04d}" for i in range(args.agents)]
@@ -695,7 +696,7 @@ def bench_regret(
     from django.utils import timezone
 
     from trust.models import Override, Round
-    from trust.rounds import services
+    from trust.rounds import overrides
     from trust.scores.scoring import text_hash
 
     say(f"4. overrides_infer_regret; load average {load_average()}")
@@ -739,10 +740,10 @@ def bench_regret(
         vacuum_analyze(conn, ROUNDS, OVERRIDES)
     contradicted = args.open_overrides // 2
     started = time.perf_counter()
-    marked = services.overrides_infer_regret(tenant=tenant, now=now)
+    marked = overrides.overrides_infer_regret(tenant=tenant, now=now)
     seconds = time.perf_counter() - started
     started = time.perf_counter()
-    again = services.overrides_infer_regret(tenant=tenant, now=now)
+    again = overrides.overrides_infer_regret(tenant=tenant, now=now)
     second = time.perf_counter() - started
     regret = Override.objects.filter(tenant=tenant, regret=True).count()
     summary.report(

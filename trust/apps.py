@@ -26,11 +26,11 @@ class TrustConfig(AppConfig):
         projection_register(GovernanceProjection())
         service_kinds_register(DEVILS_ADVOCATE_PICKED)
 
-        # The dashboards (trust.pages.views): a reviewer's confirmation of an override is a ledger
+        # The dashboards (trust.pages): a reviewer's confirmation of an override is a ledger
         # event no table replays; up --demo fills the trust pages.
         from ledger.demo import demo_seeder_register
         from trust.demo import trust_demo_seed
-        from trust.scores.selectors import OVERRIDE_CONFIRMED
+        from trust.rounds.selectors import OVERRIDE_CONFIRMED
 
         service_kinds_register(OVERRIDE_CONFIRMED)
         demo_seeder_register("trust", trust_demo_seed)

@@ -12,7 +12,8 @@ from django.utils import timezone
 from ledger.models import Role
 from tests.trust.governance_rows import dissent_row, flag_row, override_row, proposal_row
 from trust.models import Override, RubricProposal, TrustScoreChange
-from trust.rounds import services
+from trust.rounds import overrides
+from trust.scores import services as score_services
 
 SCRIPT_TEXT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
@@ -29,14 +30,14 @@ def critic(tenant, make_agent):
             citations=["Accuracy", "Evidence", "Safety"][day % 3 :],
             impact=day % 2 == 0,
         )
-        services.trust_recompute(
+        score_services.trust_recompute(
             tenant=tenant,
             agent_ids=[agent.pk],
             reason="dissent_impact_true" if day % 2 == 0 else "dissent_logged",
             now=now - timedelta(days=12 - day) + timedelta(hours=1),
         )
     override_row(agent, now - timedelta(days=3))
-    services.override_log(
+    overrides.override_log(
         agent=agent,
         agent_output="Ship the report as drafted.",
         human_decision="Hold the report until the figures are checked.",

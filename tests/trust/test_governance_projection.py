@@ -126,7 +126,7 @@ def test_after_a_rebuild_into_fresh_sequences_new_rows_do_not_collide(governed):
 
 
 def test_a_full_trust_rebuild_keeps_proposals_linked_to_their_overrides(tenant, make_agent):
-    from trust.rounds.services import override_log
+    from trust.rounds.overrides import override_log
 
     agent = make_agent(tenant, name="Creator1")
     rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="x")

@@ -23,7 +23,8 @@ from tests.trust.governance_rows import (
 )
 from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import GamingFlag, Override, RubricProposal, RubricVersion, TrustScoreChange
-from trust.rounds import services
+from trust.rounds import overrides
+from trust.scores import services as score_services
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +54,7 @@ def agent(tenant, make_agent):
 @pytest.fixture
 def waiting_override(agent):
     now = timezone.now()
-    return services.override_log(
+    return overrides.override_log(
         agent=agent,
         agent_output="Ship it.",
         human_decision="Hold it.",
@@ -125,7 +126,7 @@ def test_the_overview_lists_agents_with_score_trend_probation_flags_and_rates(
         dissent_row(critic, now - timedelta(days=day + 1), impact=impact)
     override_row(critic, now - timedelta(days=2), regret=True)
     override_row(critic, now - timedelta(days=3))
-    services.trust_recompute(tenant=tenant, reason="recomputed")
+    score_services.trust_recompute(tenant=tenant, reason="recomputed")
     flag_row(critic)
     client = login()
 
@@ -190,8 +191,8 @@ def test_the_agent_page_shows_chart_data_components_history_and_stats(
     for day in range(3):
         dissent_row(agent, now - timedelta(days=day + 1), citations=["Accuracy"], impact=True)
     override = override_row(agent, now - timedelta(days=2))
-    services.trust_recompute(tenant=agent.tenant, agent_ids=[agent.pk], reason="recomputed")
-    services.override_revert(override=override, reverted_by="ada", actor="ada")
+    score_services.trust_recompute(tenant=agent.tenant, agent_ids=[agent.pk], reason="recomputed")
+    overrides.override_revert(override=override, reverted_by="ada", actor="ada")
     client = login()
 
     with django_assert_max_num_queries(20):

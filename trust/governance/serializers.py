@@ -8,8 +8,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from trust.governance.services import BUCKETS, MAX_SEED, CriterionDraft
-from trust.models import GamingFlag, RubricCriterion, RubricProposal, RubricVersion
+from trust.governance.models import GamingFlag, RubricCriterion, RubricProposal, RubricVersion
+from trust.governance.selectors import BUCKETS
+from trust.governance.services import MAX_SEED, CriterionDraft
 
 
 @extend_schema_field(OpenApiTypes.INT)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from trust.models import GamingFlag
+from trust.governance.models import GamingFlag
 from trust.scores.selectors import OVERVIEW_SORTS
 
 YES_NO_ANY = [("", "Any"), ("yes", "Yes"), ("no", "No")]

@@ -22,16 +22,23 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.models import Agent, Event, Tenant
 from ledger.services import tenant_write_lock
-from trust.models import (
-    ArtifactVersion,
-    Dissent,
-    Override,
-    Round,
-    RoundParticipant,
-    TrustScoreChange,
-)
-from trust.rounds.services import TRUST_EVENT_KINDS
+from trust.rounds.models import ArtifactVersion, Dissent, Override, Round, RoundParticipant
+from trust.scores.models import TrustScoreChange
 from trust.scores.scoring import text_hash
+
+TRUST_EVENT_KINDS = frozenset(
+    {
+        "round.participants_added",
+        "round.finalized",
+        "round.output_revised",
+        "dissent.logged",
+        "dissent.impact_set",
+        "override.logged",
+        "override.reverted",
+        "trust.score_changed",
+        "trust.rounds_imported",
+    }
+)
 
 # What a snapshot compares: every column a replay restores, per table, in a stable order.
 _SNAPSHOT_QUERIES = {

@@ -1,4 +1,6 @@
-"""Reads of the trust app: the evidence behind scores, statistics, metrics, probation."""
+"""Reads of trust scores: the evidence behind a score and its terms, probation, the history and
+long-term statistics, what the trust endpoints answer, and the overview's and agent page's
+sparklines, chart and citation diversity."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import (
     Avg,
     Count,
@@ -21,28 +23,21 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
-from django.db.models.functions import Cast, Coalesce, Left
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from config.api import ApiError
-from ledger.models import Agent, Event, Tenant
-from memory.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
-from trust.models import (
-    Dissent,
-    GamingFlag,
-    Override,
-    RubricProposal,
-    RubricVersion,
-    TrustScoreChange,
-)
+from ledger.models import Agent, Tenant
+from trust.governance.models import GamingFlag
+from trust.rounds.models import Dissent, Override
+from trust.rounds.selectors import recent_dissents, recent_overrides
+from trust.scores.models import TrustScoreChange
 from trust.scores.scoring import PRIOR, TrustBreakdown, TrustEvidence, citation_entropy, trust_score
 
 WINDOW_MIN_EVENTS = 5  # below this many events in the window, a ratio uses all history
+
+
 DEPTH_WINDOW = 100  # avg_depth is over the agent's last 100 dissents
-# HNSW candidate list for the nearest earlier dissent, in strict order. bench/trust_bench.py
-# (10,000 of the agent's dissents among 110,000) found it exactly for 200 of 200 dissents at 200
-# and at 400 (9 ms), but missed one at 100 (by 0.59): 200 is the smallest exact list measured.
-NOVELTY_EF_SEARCH = 200
+
 
 # One statement for any number of agents: the per-agent aggregates run on the
 # (tenant, agent, occurred_at) indexes, so one agent costs one index range, and a bulk recompute
@@ -149,62 +144,12 @@ def trust_evidence(
     return evidence
 
 
-def unknown_agents(names: Sequence[str]) -> ApiError:
-    return ApiError(
-        code="unknown_agent",
-        message=f"No agent of this tenant is named {', '.join(names)}.",
-        details={"unknown": list(names)},
-    )
-
-
-def agents_named(*, tenant: Tenant, names: Sequence[str]) -> dict[str, Agent]:
-    """The tenant's agents by name; 400 ``unknown_agent`` listing the names that are none."""
-    agents = {agent.name: agent for agent in Agent.objects.filter(tenant=tenant, name__in=names)}
-    unknown = [name for name in names if name not in agents]
-    if unknown:
-        raise unknown_agents(unknown)
-    return agents
-
-
-def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | None:
-    """The highest cosine similarity of ``vector`` to the agent's earlier dissents, or None.
-
-    The nearest neighbour comes from the HNSW index with iterative scans, so the agent filter
-    cannot starve it however many other agents' dissents share the index.
-    """
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Strict order: in relaxed order the first row of this agent that the index offers need
-        # not be its nearest (bench/trust_bench.py found novelty off by up to 0.69 that way).
-        hnsw_scan_configure(cursor, ef_search=NOVELTY_EF_SEARCH)
-        cursor.execute(
-            f"""
-            SELECT {cosine_similarity_sql("embedding")}
-            FROM trust_dissentembedding
-            WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
-            ORDER BY embedding <=> %(vector)s::vector
-            LIMIT 1
-            """,  # noqa: S608 (the f-string adds our own SQL, no input)
-            {"vector": vector_literal(vector), "tenant": agent.tenant_id, "agent": agent.pk},
-        )
-        row = cursor.fetchone()
-    return None if row is None or row[0] is None else float(row[0])
-
-
 def agent_on_probation(*, agent: Agent, now: datetime | None = None) -> bool:
     """Probation: fewer than PROBATION_MIN_ROUNDS rounds, or ``probation_until`` still ahead."""
     moment = now or timezone.now()
     if agent.rounds_participated < settings.PROBATION_MIN_ROUNDS:
         return True
     return agent.probation_until is not None and agent.probation_until > moment
-
-
-def rubric_current(*, tenant: Tenant) -> RubricVersion | None:
-    return (
-        RubricVersion.objects.filter(tenant=tenant)
-        .prefetch_related("criteria")
-        .order_by("-number")
-        .first()
-    )
 
 
 def trust_history(*, agent: Agent) -> list[dict[str, Any]]:
@@ -261,15 +206,43 @@ def long_term_stats(*, agent: Agent, now: datetime | None = None) -> LongTermSta
     )
 
 
-def recent_dissents(*, agent: Agent, limit: int = 100) -> list[Dissent]:
-    return list(Dissent.objects.filter(agent=agent).order_by("-occurred_at", "-id")[:limit])
+def agent_trust_breakdown(*, agent: Agent, now: datetime | None = None) -> TrustBreakdown:
+    """The terms of the agent's current score, computed as trust_recompute computes them."""
+    evidence = trust_evidence(tenant=agent.tenant, agent_ids=[agent.pk], now=now)
+    return trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
 
 
-def recent_overrides(*, agent: Agent, limit: int = 100) -> list[Override]:
-    return list(Override.objects.filter(agent=agent).order_by("-occurred_at", "-id")[:limit])
+def agent_trust_summary(*, agent: Agent) -> dict[str, Any]:
+    """The agent as the trust endpoints list it: score, probation and evidence counts (the counts
+    are the ``dissent_count``/``override_count`` annotations of trust.scores.api's query)."""
+    return {
+        "id": agent.pk,
+        "name": agent.name,
+        "trust_score": agent.trust_score,
+        "rounds_participated": agent.rounds_participated,
+        "probation_until": agent.probation_until,
+        "on_probation": agent_on_probation(agent=agent),
+        "dissents": getattr(agent, "dissent_count", 0),
+        "overrides": getattr(agent, "override_count", 0),
+    }
 
 
-# --- Dashboards (trust/views.py) ---------------------------------------------------------------
+def agent_trust_detail(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]:
+    """One agent's trust as ``GET /trust/{id}/`` answers it: the summary, the terms of the score
+    computed now (as trust_recompute computes them), history, statistics and recent evidence."""
+    moment = now or timezone.now()
+    return {
+        **agent_trust_summary(agent=agent),
+        "components": agent_trust_breakdown(agent=agent, now=moment).as_dict(),
+        "history": trust_history(agent=agent),
+        "long_term_stats": long_term_stats(agent=agent, now=moment),
+        "recent_dissents": recent_dissents(agent=agent),
+        "recent_overrides": recent_overrides(agent=agent),
+    }
+
+
+# --- Dashboards (trust.pages) --------------------------------------------------------------------
+
 
 OVERVIEW_SORTS: dict[str, tuple[Any, ...]] = {
     "name": ("name", "id"),
@@ -286,10 +259,12 @@ OVERVIEW_SORTS: dict[str, tuple[Any, ...]] = {
     "regret": (F("regret_rate").asc(nulls_last=True), "name"),
     "-regret": (F("regret_rate").desc(nulls_last=True), "name"),
 }
+
+
 SPARKLINE_POINTS = 20
+
+
 CHART_POINTS = 500  # the newest changes drawn on an agent's chart; the export has them all
-REVIEW_RECENT_DAYS = 7
-OVERRIDE_CONFIRMED = "override.confirmed"
 
 
 def _rate_over_window(model: type[Dissent] | type[Override], field: str, since: datetime) -> Any:
@@ -410,12 +385,6 @@ def trust_chart(*, agent: Agent, limit: int = CHART_POINTS) -> list[TrustPoint]:
     return points
 
 
-def agent_trust_breakdown(*, agent: Agent, now: datetime | None = None) -> TrustBreakdown:
-    """The terms of the agent's current score, computed as trust_recompute computes them."""
-    evidence = trust_evidence(tenant=agent.tenant, agent_ids=[agent.pk], now=now)
-    return trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
-
-
 @dataclass(frozen=True)
 class CitationDiversity:
     dissents: int
@@ -440,107 +409,4 @@ def citation_diversity(*, agent: Agent, window: int = DEPTH_WINDOW) -> CitationD
         max_bits=math.log2(len(counts)) if len(counts) > 1 else 0.0,
         counts=ranked,
         top=ranked[0][1] if ranked else 0,
-    )
-
-
-def agent_dissents(*, agent: Agent) -> QuerySet[Dissent]:
-    return Dissent.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by(
-        "-occurred_at", "-id"
-    )
-
-
-OVERRIDE_HEAD_CHARS = 161  # the pages show 160 characters of an override's texts
-
-
-def _with_heads(overrides: QuerySet[Override]) -> QuerySet[Override]:
-    """The start of each override's texts (``agent_output_head``, ``human_decision_head``)
-    instead of the whole texts, which may hold 20,000 characters each."""
-    return overrides.defer("agent_output", "human_decision", "context").annotate(
-        agent_output_head=Left("agent_output", OVERRIDE_HEAD_CHARS),
-        human_decision_head=Left("human_decision", OVERRIDE_HEAD_CHARS),
-    )
-
-
-def agent_overrides(*, agent: Agent) -> QuerySet[Override]:
-    return _with_heads(
-        Override.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by(
-            "-occurred_at", "-id"
-        )
-    )
-
-
-def overrides_for_review(*, tenant: Tenant) -> QuerySet[Override]:
-    """The tenant's overrides as the review queue's rows show them."""
-    return _with_heads(Override.objects.filter(tenant=tenant).select_related("agent", "tenant"))
-
-
-def agent_gaming_flags(*, agent: Agent, limit: int = 10) -> list[GamingFlag]:
-    return list(
-        GamingFlag.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by("-id")[:limit]
-    )
-
-
-def overrides_waiting(*, tenant: Tenant, now: datetime | None = None) -> QuerySet[Override]:
-    """Open overrides whose regret check is still ahead, the nearest deadline first."""
-    moment = now or timezone.now()
-    return (
-        overrides_for_review(tenant=tenant)
-        .filter(reverted_at__isnull=True, auto_check_deadline__gt=moment)
-        .order_by("auto_check_deadline", "id")
-    )
-
-
-def overrides_recent(
-    *, tenant: Tenant, now: datetime | None = None, limit: int = 20
-) -> list[Override]:
-    """Overrides of the last REVIEW_RECENT_DAYS that are settled (reverted, or past their
-    deadline), newest first."""
-    moment = now or timezone.now()
-    return list(
-        overrides_for_review(tenant=tenant)
-        .filter(occurred_at__gt=moment - timedelta(days=REVIEW_RECENT_DAYS))
-        .filter(Q(reverted_at__isnull=False) | Q(auto_check_deadline__lte=moment))
-        .order_by("-occurred_at", "-id")[:limit]
-    )
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    by: str
-    at: datetime
-
-
-def override_confirmations(
-    *, tenant: Tenant, override_ids: Sequence[int]
-) -> dict[int, Confirmation]:
-    """Who confirmed which of these overrides, read from their ``override.confirmed`` events
-    (the latest confirmation of each wins)."""
-    if not override_ids:
-        return {}
-    events = (
-        Event.objects.filter(
-            tenant=tenant, kind=OVERRIDE_CONFIRMED, payload__override_id__in=list(override_ids)
-        )
-        .order_by("seq")
-        .values_list("payload", "actor", "created_at")
-    )
-    return {
-        int(payload["override_id"]): Confirmation(by=actor, at=created_at)
-        for payload, actor, created_at in events
-    }
-
-
-def gaming_flags_open(*, tenant: Tenant) -> list[GamingFlag]:
-    return list(
-        GamingFlag.objects.filter(tenant=tenant, status=GamingFlag.Status.OPEN)
-        .select_related("agent")
-        .order_by("created_at", "id")
-    )
-
-
-def rubric_proposals_pending(*, tenant: Tenant) -> list[RubricProposal]:
-    return list(
-        RubricProposal.objects.filter(tenant=tenant, status=RubricProposal.Status.PENDING)
-        .select_related("override__agent")
-        .order_by("created_at", "id")
     )
