@@ -70,7 +70,7 @@ def test_a_reviewer_marks_an_override_regretted_and_the_chart_shows_the_drop(
 
     page.goto("/trust/review/")
     row = page.locator(f"#override-{waiting.pk}")
-    row.get_by_role("button", name="Mark regretted").click()
+    row.get_by_role("button", name="Mark reverted (regret)").click()
     # HTMX swaps the row in place: same id, now regretted, with the reviewer's name.
     page.wait_for_selector(f"#override-{waiting.pk}.review-row--regretted")
     assert "reverted by human:ada" in page.locator(f"#override-{waiting.pk}").inner_text()

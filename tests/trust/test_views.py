@@ -99,7 +99,7 @@ def test_another_tenants_agent_override_flag_and_proposal_are_404(
 
     assert client.get(f"/trust/agents/{theirs.pk}/").status_code == 404
     assert client.get(f"/trust/agents/{theirs.pk}/export.json").status_code == 404
-    assert client.post(f"/trust/overrides/{override.pk}/regret").status_code == 404
+    assert client.post(f"/trust/overrides/{override.pk}/revert").status_code == 404
     assert client.post(f"/trust/overrides/{override.pk}/confirm").status_code == 404
     assert (
         client.post(f"/trust/flags/{flag.pk}/review", {"decision": "dismissed"}).status_code == 404
@@ -334,7 +334,7 @@ def test_a_reviewer_marks_an_override_regretted_and_the_row_updates_in_place(
     before = agent.trust_score
     client = login(username="ada")
 
-    response = client.post(f"/trust/overrides/{waiting_override.pk}/regret", **HTMX)
+    response = client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
 
     assert response.status_code == 200
     html = response.content.decode()
@@ -354,10 +354,10 @@ def test_a_reviewer_marks_an_override_regretted_and_the_row_updates_in_place(
 
 def test_marking_an_override_twice_shows_the_conflict_and_changes_nothing(login, waiting_override):
     client = login()
-    client.post(f"/trust/overrides/{waiting_override.pk}/regret", **HTMX)
+    client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
     events = Event.objects.count()
 
-    again = client.post(f"/trust/overrides/{waiting_override.pk}/regret", **HTMX)
+    again = client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
 
     assertContains(again, "already reverted")
     assert Event.objects.count() == events
@@ -380,7 +380,7 @@ def test_a_reviewer_confirms_an_override_as_a_ledger_event_in_their_name(login, 
 
 
 def test_without_htmx_an_action_redirects_back_to_the_queue(login, waiting_override):
-    response = login().post(f"/trust/overrides/{waiting_override.pk}/regret")
+    response = login().post(f"/trust/overrides/{waiting_override.pk}/revert")
 
     assert response.status_code == 302
     assert response["Location"] == "/trust/review/"
@@ -392,11 +392,11 @@ def test_actions_need_the_csrf_token(tenant, waiting_override):
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
 
-    refused = client.post(f"/trust/overrides/{waiting_override.pk}/regret", **HTMX)
+    refused = client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
     page = client.get("/trust/review/")
     token = page.cookies["csrftoken"].value
     allowed = client.post(
-        f"/trust/overrides/{waiting_override.pk}/regret", HTTP_X_CSRFTOKEN=token, **HTMX
+        f"/trust/overrides/{waiting_override.pk}/revert", HTTP_X_CSRFTOKEN=token, **HTMX
     )
 
     assert refused.status_code == 403

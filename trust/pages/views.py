@@ -294,7 +294,7 @@ def _decision(form: forms.Form, invalid: str, act: Callable[[dict[str, Any]], ob
 
 @require_POST
 @role_required(Role.REVIEWER)
-def override_regret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+def override_revert(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     override = _override_of(request, pk)
     actor = _actor(request)
     error = _attempt(
