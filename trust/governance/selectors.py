@@ -16,6 +16,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from config.api import ApiError
+from config.sql import rows_named
 from ledger.models import Agent, Tenant
 from trust.governance.models import GamingFlag, RubricProposal, RubricVersion
 from trust.rounds.models import Override
@@ -126,9 +127,13 @@ WITH buckets AS (
     GROUP BY 1
 )
 SELECT b.start,
-       coalesce(d.dissents, 0), coalesce(d.known, 0), coalesce(d.impactful, 0),
-       coalesce(o.overrides, 0), coalesce(o.regretted, 0), coalesce(o.changed, 0),
-       coalesce(o.useful, 0)
+       coalesce(d.dissents, 0) AS dissents,
+       coalesce(d.known, 0) AS dissents_known,
+       coalesce(d.impactful, 0) AS dissents_impactful,
+       coalesce(o.overrides, 0) AS overrides,
+       coalesce(o.regretted, 0) AS overrides_regretted,
+       coalesce(o.changed, 0) AS escalations_changed,
+       coalesce(o.useful, 0) AS escalations_useful
 FROM buckets b
 LEFT JOIN d ON d.start = b.start
 LEFT JOIN o ON o.start = b.start
@@ -234,13 +239,15 @@ def trust_metrics(
         params["agent"] = agent.pk
     with connection.cursor() as cursor:
         cursor.execute(_METRICS_SQL.format(agent_filter=agent_filter), params)
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
+    # The SQL names its counts as MetricCounts names its fields.
+    counted = [f.name for f in fields(MetricCounts)]
     buckets = [
         MetricBucket(
-            start=bucket_start.replace(tzinfo=UTC),
-            counts=MetricCounts(*(int(value) for value in counts)),
+            start=row["start"].replace(tzinfo=UTC),
+            counts=MetricCounts(**{name: int(row[name]) for name in counted}),
         )
-        for bucket_start, *counts in rows
+        for row in rows
     ]
     totals = sum((b.counts for b in buckets), MetricCounts())
     return TrustMetrics(

@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from config.api import Conflict
+from config.sql import rows_named
 from ledger.jobs import Batch
 from ledger.models import Agent, Event, Tenant
 from ledger.services import SYSTEM_ACTOR, event_append, tenant_write_lock
@@ -175,7 +176,7 @@ def overrides_mark_reverted(
                 "ids": list(override_ids),
             },
         )
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
     return _after_revert(
         tenant=tenant, rows=rows, reverted_by=reverted_by, reason=reason, actor=actor, now=now
     )
@@ -184,15 +185,17 @@ def overrides_mark_reverted(
 def _after_revert(
     *,
     tenant: Tenant,
-    rows: Sequence[tuple[int, int]],
+    rows: Sequence[dict[str, Any]],
     reverted_by: str,
     reason: str,
     actor: str,
     now: datetime,
 ) -> list[int]:
+    """Log and recompute for the overrides just marked: ``rows`` are their ``id`` and
+    ``agent_id`` as the UPDATE returned them."""
     if not rows:
         return []
-    ids = sorted(int(row[0]) for row in rows)
+    ids = sorted(int(row["id"]) for row in rows)
     event_append(
         tenant=tenant,
         kind="override.reverted",
@@ -207,7 +210,7 @@ def _after_revert(
     )
     trust_recompute(
         tenant=tenant,
-        agent_ids=sorted({int(row[1]) for row in rows}),
+        agent_ids=sorted({int(row["agent_id"]) for row in rows}),
         reason="override_regret",
         now=now,
     )
@@ -273,7 +276,7 @@ def overrides_infer_regret(
     else:
         with connection.cursor() as cursor:
             cursor.execute(_INFER_TENANTS_SQL, {"now": moment})
-            tenant_ids = [int(row[0]) for row in cursor.fetchall()]
+            tenant_ids = [int(row["tenant_id"]) for row in rows_named(cursor)]
         tenants = list(Tenant.objects.filter(pk__in=tenant_ids).order_by("pk"))
     sql = _INFER_SQL.format(round_filter="AND r.id = %(round)s" if round is not None else "")
     marked = 0
@@ -293,7 +296,7 @@ def overrides_infer_regret(
                             "why": Override.RevertReason.INFERRED.value,
                         },
                     )
-                    rows = cursor.fetchall()
+                    rows = rows_named(cursor)
                 _after_revert(
                     tenant=each,
                     rows=rows,

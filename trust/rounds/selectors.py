@@ -16,6 +16,7 @@ from django.db.models.functions import Left
 from django.utils import timezone
 
 from config.api import ApiError
+from config.sql import row_named
 from ledger.models import Agent, Event, Tenant
 from memory.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
 from trust.rounds.models import Dissent, Override
@@ -55,7 +56,7 @@ def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | 
         hnsw_scan_configure(cursor, ef_search=NOVELTY_EF_SEARCH)
         cursor.execute(
             f"""
-            SELECT {cosine_similarity_sql("embedding")}
+            SELECT {cosine_similarity_sql("embedding")} AS similarity
             FROM trust_dissentembedding
             WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
             ORDER BY embedding <=> %(vector)s::vector
@@ -63,8 +64,8 @@ def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | 
             """,  # noqa: S608 (the f-string adds our own SQL, no input)
             {"vector": vector_literal(vector), "tenant": agent.tenant_id, "agent": agent.pk},
         )
-        row = cursor.fetchone()
-    return None if row is None or row[0] is None else float(row[0])
+        row = row_named(cursor)
+    return None if row is None or row["similarity"] is None else float(row["similarity"])
 
 
 def recent_dissents(*, agent: Agent, limit: int = 100) -> list[Dissent]:

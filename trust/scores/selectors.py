@@ -26,6 +26,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
+from config.sql import row_named, rows_named
 from ledger.models import Agent, Tenant
 from trust.governance.models import GamingFlag
 from trust.rounds.models import Dissent, Override
@@ -43,10 +44,12 @@ DEPTH_WINDOW = 100  # avg_depth is over the agent's last 100 dissents
 # (tenant, agent, occurred_at) indexes, so one agent costs one index range, and a bulk recompute
 # of a tenant is one pass per table.
 _EVIDENCE_SQL = """
-SELECT a.id,
-       d_recent.known, d_recent.impactful, d_all.known, d_all.impactful,
-       depth.n, depth.total,
-       o_recent.total, o_recent.regretted, o_all.total, o_all.regretted
+SELECT a.id AS agent_id,
+       d_recent.known AS known_recent, d_recent.impactful AS impactful_recent,
+       d_all.known AS known_all, d_all.impactful AS impactful_all,
+       depth.n AS depth_n, depth.total AS depth_total,
+       o_recent.total AS overrides_recent, o_recent.regretted AS regretted_recent,
+       o_all.total AS overrides_all, o_all.regretted AS regretted_all
 FROM ledger_agent a
 LEFT JOIN LATERAL (
     SELECT count(*) FILTER (WHERE impact IS NOT NULL) AS known,
@@ -118,25 +121,27 @@ def trust_evidence(
         params["agents"] = list(agent_ids)
     with connection.cursor() as cursor:
         cursor.execute(_EVIDENCE_SQL.format(agent_filter=agent_filter), params)
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
     evidence = {}
     for row in rows:
-        agent_id, *counts = row
-        known_recent, impactful_recent, known_all, impactful_all = (int(c) for c in counts[:4])
-        depth_n, depth_total = int(counts[4]), float(counts[5])
-        total_recent, regret_recent, total_all, regret_all = (int(c) for c in counts[6:])
         dissents_known, impactful, dissent_window = _windowed(
-            known_recent, impactful_recent, known_all, impactful_all
+            int(row["known_recent"]),
+            int(row["impactful_recent"]),
+            int(row["known_all"]),
+            int(row["impactful_all"]),
         )
         overrides, regretted, override_window = _windowed(
-            total_recent, regret_recent, total_all, regret_all
+            int(row["overrides_recent"]),
+            int(row["regretted_recent"]),
+            int(row["overrides_all"]),
+            int(row["regretted_all"]),
         )
-        evidence[int(agent_id)] = TrustEvidence(
+        evidence[int(row["agent_id"])] = TrustEvidence(
             dissents_known=dissents_known,
             dissents_impactful=impactful,
             dissents_window=dissent_window,
-            depth_count=depth_n,
-            depth_sum=depth_total,
+            depth_count=int(row["depth_n"]),
+            depth_sum=float(row["depth_total"]),
             overrides=overrides,
             overrides_regretted=regretted,
             overrides_window=override_window,
@@ -185,24 +190,27 @@ def long_term_stats(*, agent: Agent, now: datetime | None = None) -> LongTermSta
             """
             SELECT
               (SELECT avg(depth_score) FROM trust_dissent
-                WHERE agent_id = %(agent)s AND occurred_at > %(since)s AND occurred_at <= %(now)s),
+                WHERE agent_id = %(agent)s AND occurred_at > %(since)s AND occurred_at <= %(now)s)
+                AS depth,
               (SELECT avg(impact::int) FROM trust_dissent
                 WHERE agent_id = %(agent)s AND impact IS NOT NULL
-                  AND occurred_at > %(since)s AND occurred_at <= %(now)s),
-              (SELECT count(*) FROM trust_override WHERE agent_id = %(agent)s),
+                  AND occurred_at > %(since)s AND occurred_at <= %(now)s) AS impact,
+              (SELECT count(*) FROM trust_override WHERE agent_id = %(agent)s) AS overrides,
               (SELECT avg(regret::int) FROM trust_override
-                WHERE agent_id = %(agent)s AND occurred_at > %(since)s AND occurred_at <= %(now)s),
-              (SELECT count(*) FROM trust_dissent WHERE agent_id = %(agent)s)
+                WHERE agent_id = %(agent)s AND occurred_at > %(since)s AND occurred_at <= %(now)s)
+                AS regret,
+              (SELECT count(*) FROM trust_dissent WHERE agent_id = %(agent)s) AS dissents
             """,
             {"agent": agent.pk, "since": since, "now": moment},
         )
-        depth, impact, overrides, regret, dissents = cursor.fetchone()
+        row = row_named(cursor)
+    assert row is not None  # a SELECT without FROM answers one row
     return LongTermStats(
-        avg_dissent_depth_last_90d=None if depth is None else float(depth),
-        dissent_impact_ratio_last_90d=None if impact is None else float(impact),
-        total_overrides=int(overrides),
-        regret_rate_last_90d=None if regret is None else float(regret),
-        total_dissents=int(dissents),
+        avg_dissent_depth_last_90d=None if row["depth"] is None else float(row["depth"]),
+        dissent_impact_ratio_last_90d=None if row["impact"] is None else float(row["impact"]),
+        total_overrides=int(row["overrides"]),
+        regret_rate_last_90d=None if row["regret"] is None else float(row["regret"]),
+        total_dissents=int(row["dissents"]),
     )
 
 
@@ -340,10 +348,10 @@ def trust_sparklines(
             """,
             {"agents": list(agent_ids), "points": points},
         )
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
     lines: dict[int, list[float]] = {int(agent_id): [] for agent_id in agent_ids}
-    for agent_id, score in rows:
-        lines[int(agent_id)].append(float(score))
+    for row in rows:
+        lines[int(row["agent_id"])].append(float(row["score"]))
     return lines
 
 
