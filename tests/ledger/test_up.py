@@ -25,7 +25,8 @@ import pytest
 from django.conf import settings
 from django.core.management.base import OutputWrapper
 
-from config.embedded import EmbeddedLayout, postgres_stop, redis_stop
+from config.embedded import EmbeddedLayout, postgres_stop
+from config.embedded_redis import redis_stop
 from ledger.management.commands import up as up_command
 from ledger.management.commands.up import Child, Console, Supervisor
 

@@ -30,7 +30,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.db import connections
 
-from config import embedded
+from config import embedded, embedded_redis
 from config.env import env_int, env_str
 from config.health import health_report
 from ledger.demo import (
@@ -497,7 +497,7 @@ class Command(BaseCommand):
                 f"PostgreSQL {'started' if started else 'already running'} in {layout.pgdata}"
             )
         if self._uses_embedded_redis:
-            started = embedded.redis_start(layout)
+            started = embedded_redis.redis_start(layout)
             self._say(
                 f"Redis {'started' if started else 'already running'} on {layout.redis_socket}"
             )
@@ -661,7 +661,7 @@ class Command(BaseCommand):
         layout = settings.EMBEDDED
         if self._uses_embedded_redis:
             self._console.line("up", "stopping Redis")
-            embedded.redis_stop(layout)
+            embedded_redis.redis_stop(layout)
         if self._uses_embedded_postgres:
             self._console.line("up", "stopping PostgreSQL")
             embedded.postgres_stop(layout)
