@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config import embedded, embedded_redis
 from config.env import env_str
-from ledger.management.commands.up import DataFolderLock, already_running_message
+from config.supervisor import DataFolderLock, already_running_message
 
 
 class Command(BaseCommand):
