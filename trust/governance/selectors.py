@@ -85,7 +85,7 @@ def decision_maker_trust(*, tenant: Tenant, name: str) -> DecisionMakerTrust:
     return DecisionMakerTrust(name, round(trust, 6), "track_record", n, regretted)
 
 
-# --- Metrics -------------------------------------------------------------------------------------
+# --- Metrics -----------------------------------------------------------------------------------
 
 
 BUCKETS = ("day", "week", "month")

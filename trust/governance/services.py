@@ -42,7 +42,7 @@ GAMING_WINDOW = 20  # the agent's last 20 dissents...
 GAMING_MIN_DISSENTS = 10  # ...of which at least 10 must exist before entropy means anything
 
 
-# --- Devil's Advocate ----------------------------------------------------------------------------
+# --- Devil's Advocate --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def devils_advocate_pick(
     )
 
 
-# --- Gaming flags --------------------------------------------------------------------------------
+# --- Gaming flags ------------------------------------------------------------------------------
 
 
 def gaming_check(*, agent: Agent, now: datetime | None = None) -> GamingFlag | None:
@@ -251,7 +251,7 @@ def gaming_flag_review(
     return current
 
 
-# --- The living rubric ---------------------------------------------------------------------------
+# --- The living rubric -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """One agent's trust memory as the design note's per-agent document (``memory/<Agent>.json``).
 
-Export reads the tables; import writes the same rows through the same events the services
-write (so a rebuild reproduces them), keeping what the document recorded: dissents keep their
-depth, novelty and citations, overrides their regret and who reverted them when and why, the
-score its history. The score itself is evidence's to decide: an import computes it from the
-imported dissents and overrides with the scoring every other write uses, and the document's
-``trust_score`` is only recorded as what the document claimed. Export, import elsewhere,
-export again gives the same document (tests/trust/test_interchange.py compares every field of
-the rows, so a field the document forgets fails there).
+Export (trust.interchange.selectors) reads the tables; import, here, writes the same rows
+through the same events the services write (so a rebuild reproduces them), keeping what the
+document recorded: dissents keep their depth, novelty and citations, overrides their regret and
+who reverted them when and why, the score its history. The score itself is evidence's to decide:
+an import computes it from the imported dissents and overrides with the scoring every other write
+uses, and the document's ``trust_score`` is only recorded as what the document claimed. Export,
+import elsewhere, export again gives the same document (tests/trust/test_interchange.py compares
+every field of the rows, so a field the document forgets fails there).
 
 Beyond the design note's layout the document carries ``impact_set_at``, ``novelty`` and
 ``novelty_known`` per dissent, ``reverted_at`` and ``revert_reason`` per override and

@@ -49,7 +49,7 @@ EMBEDDING_BATCH = 64
 BACKFILL_BATCH = 256  # dissents per backfill call, the job's and a direct call's
 
 
-# --- Rounds --------------------------------------------------------------------------------------
+# --- Rounds ------------------------------------------------------------------------------------
 
 
 def rounds_post(
@@ -250,7 +250,7 @@ def _round_output_write(
     return version
 
 
-# --- Dissents ------------------------------------------------------------------------------------
+# --- Dissents ----------------------------------------------------------------------------------
 
 
 def rubric_citations_canonical(*, tenant: Tenant, citations: Sequence[str]) -> list[str]:

@@ -249,7 +249,7 @@ def agent_trust_detail(*, agent: Agent, now: datetime | None = None) -> dict[str
     }
 
 
-# --- Dashboards (trust.pages) --------------------------------------------------------------------
+# --- Dashboards (trust.pages) ------------------------------------------------------------------
 
 
 OVERVIEW_SORTS: dict[str, tuple[Any, ...]] = {
