@@ -230,8 +230,8 @@ def _stop_embedded_services() -> None:
         return
     from django.db import connections
 
-    from config import embedded
+    from config import embedded, embedded_redis
 
     connections.close_all()
-    embedded.redis_stop(settings.EMBEDDED)
+    embedded_redis.redis_stop(settings.EMBEDDED)
     embedded.postgres_stop(settings.EMBEDDED)

@@ -26,12 +26,12 @@ def django_setup(data_dir: Path | None = None) -> None:
     from django.conf import settings
 
     django.setup()
-    from config import embedded
+    from config import embedded, embedded_redis
 
     if not os.environ.get("DATABASE_URL"):
         embedded.postgres_start(settings.EMBEDDED)
     if not os.environ.get("REDIS_URL"):
-        embedded.redis_start(settings.EMBEDDED)
+        embedded_redis.redis_start(settings.EMBEDDED)
     from django.core.management import call_command
     from django.db import connections
 

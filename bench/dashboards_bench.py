@@ -58,7 +58,7 @@ def load(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
 
     from ledger.models import Agent, Role
     from ledger.services import membership_grant
-    from trust.scoring import text_hash
+    from trust.scores.scoring import text_hash
 
     changes_table = Table(
         "trust_trustscorechange",
@@ -214,7 +214,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.test import Client
 
-    from config import embedded
+    from config import embedded, embedded_redis
 
     try:
         call_command("collectstatic", interactive=False, verbosity=0)
@@ -265,7 +265,7 @@ def main() -> None:
     finally:
         from django.conf import settings
 
-        embedded.redis_stop(settings.EMBEDDED)
+        embedded_redis.redis_stop(settings.EMBEDDED)
         embedded.postgres_stop(settings.EMBEDDED)
         if not args.keep:
             shutil.rmtree(Path(data_dir), ignore_errors=True)

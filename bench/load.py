@@ -257,7 +257,7 @@ def run_faults(
     from django.conf import settings
     from django.db import connections
 
-    from config import embedded
+    from config import embedded, embedded_redis
 
     threads = int(args.levels.split(",")[-1])
     result: dict[str, Any] = {}
@@ -279,8 +279,8 @@ def run_faults(
     steps: list[tuple[str, Callable[[], object], Callable[[], object]]] = [
         ("SIGKILL celery worker", lambda: kill_worker_group(workers[-1]),
          lambda: workers.append(start_worker(stack))),
-        ("restart Redis", lambda: embedded.redis_stop(settings.EMBEDDED),
-         lambda: embedded.redis_start(settings.EMBEDDED)),
+        ("restart Redis", lambda: embedded_redis.redis_stop(settings.EMBEDDED),
+         lambda: embedded_redis.redis_start(settings.EMBEDDED)),
         ("restart PostgreSQL", lambda: embedded.postgres_stop(settings.EMBEDDED), postgres_back),
     ]  # fmt: skip
     for name, stop, start in steps:

@@ -132,7 +132,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.test import Client
 
-    from config import embedded
+    from config import embedded, embedded_redis
 
     settings.ALLOWED_HOSTS = ["*"]
     try:
@@ -172,7 +172,7 @@ def main() -> None:
     finally:
         if not args.keep:
             embedded.postgres_stop(settings.EMBEDDED)
-            embedded.redis_stop(settings.EMBEDDED)
+            embedded_redis.redis_stop(settings.EMBEDDED)
             shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -8,25 +8,26 @@
 Each part can be skipped (--skip-dissent, --skip-recompute, --skip-rebuild, --skip-regret). All
 data lives in its own embedded PostgreSQL under var/bench-trust, deleted at the end unless --keep.
 
-1. trust.services.dissent_log for an agent with ``--history`` previous dissents while other agents
-   hold ``--others`` more, all with vectors in trust_dissentembedding (novelty is an HNSW search
-   filtered to the agent). The vectors are synthetic unit vectors around topics (memory_scale's
-   Synthetic), one distribution for every agent, so the agent filter discards near neighbours as
-   it would with real text. Embedding 110,000 texts with the local model would take longer than
-   the whole benchmark on this machine and tell nothing more about the search: the time of one
-   real embedding call (texts of 20-80 made-up words) is measured and printed on its own. In
-   the timed loop trust.services.embed_texts answers the precomputed vector of the text;
+1. trust.rounds.services.dissent_log for an agent with ``--history`` previous dissents while other
+   agents hold ``--others`` more, all with vectors in trust_dissentembedding (novelty is an HNSW
+   search filtered to the agent). The vectors are synthetic unit vectors around topics
+   (memory_scale's Synthetic), one distribution for every agent, so the agent filter discards near
+   neighbours as it would with real text. Embedding 110,000 texts with the local model would take
+   longer than the whole benchmark on this machine and tell nothing more about the search: the time
+   of one real embedding call (texts of 20-80 made-up words) is measured and printed on its own. In
+   the timed loop trust.rounds.services.embed_texts answers the precomputed vector of the text;
    everything else is the service as it runs. Target p95 <= 25 ms.
-2. trust.services.trust_recompute over a tenant of ``--agents`` agents with ``--events-per-agent``
-   dissents and overrides each, spread over ``--days`` days (each agent's rates differ inside and
-   before the 90-day window, so the window matters). Loaded with COPY, not through the services.
-   Baselines in the same run: the evidence SQL alone, and one recompute per agent. Target <= 10 s.
-3. ledger.projections.projection_rebuild of the "trust" projection for the same tenant: its
-   ledger events are appended first through ledger.services.events_append (batches of 1,000)
-   with the payloads the services write (their own payload functions where they have one).
-4. trust.services.overrides_infer_regret over ``--open-overrides`` open overrides past their
-   deadline in finalised rounds, half of them contradicted by the round's output; then a second
-   run, which must mark nothing. Target <= 5 s.
+2. trust.scores.services.trust_recompute over a tenant of ``--agents`` agents with
+   ``--events-per-agent`` dissents and overrides each, spread over ``--days`` days (each agent's
+   rates differ inside and before the 90-day window, so the window matters). Loaded with COPY, not
+   through the services. Baselines in the same run: the evidence SQL alone, and one recompute per
+   agent. Target <= 10 s.
+3. ledger.projections.projection_rebuild of the "trust" projection for the same tenant: its ledger
+   events are appended first through ledger.services.events_append (batches of 1,000) with the
+   payloads the services write (their own payload functions where they have one).
+4. trust.rounds.overrides.overrides_infer_regret over ``--open-overrides`` open overrides past their
+   deadline in finalised rounds, half of them contradicted by the round's output; then a second run,
+   which must mark nothing. Target <= 5 s.
 """
 
 from __future__ import annotations
@@ -220,7 +221,7 @@ class History:
         texts: Sequence[str],
         now: datetime,
     ) -> None:
-        from trust.scoring import text_hash
+        from trust.scores.scoring import text_hash
 
         self.tenant_id, self.now, self.texts = tenant_id, now, list(texts)
         self.hashes = [text_hash(t) for t in self.texts]
@@ -259,7 +260,7 @@ class History:
 
     def dissent(self, i: int) -> Any:
         from trust.models import Dissent
-        from trust.scoring import dissent_depth
+        from trust.scores.scoring import dissent_depth
 
         text = self.texts[self.d_text[i]]
         depth = dissent_depth(text=text, citations=0, max_similarity=float(self.d_similarity[i]))
@@ -315,7 +316,9 @@ class History:
     def events(self, names: dict[int, str]) -> Iterator[Any]:
         """The ledger events the services would have written for these rows, oldest first."""
         from ledger.services import EventDraft
-        from trust.services import dissent_logged_payload, iso, override_logged_payload
+        from trust.rounds.overrides import override_logged_payload
+        from trust.rounds.policies import iso
+        from trust.rounds.services import dissent_logged_payload
 
         known = np.flatnonzero(self.d_impact >= 0)
         regret = np.flatnonzero(self.o_regret)
@@ -463,8 +466,10 @@ def bench_dissent_log(
 
     from ledger.services import event_append
     from memory.embeddings import embed_texts, embedder_name
-    from trust import governance, selectors, services
+    from trust.governance import services as governance
     from trust.models import Dissent
+    from trust.rounds import selectors, services
+    from trust.scores.services import trust_recompute
 
     say(f"1. dissent_log; load average {load_average()}")
     per_other = max(args.others // max(args.other_agents, 1), 1)
@@ -524,12 +529,12 @@ def bench_dissent_log(
             stages.wrap("novelty search", selectors.dissent_max_similarity),
         ),
         mock.patch(
-            "trust.services.event_append", stages.wrap("dissent.logged event", event_append)
+            "trust.rounds.services.event_append", stages.wrap("dissent.logged event", event_append)
         ),
         mock.patch.object(
             services,
             "trust_recompute",
-            stages.wrap("trust_recompute (+ event)", services.trust_recompute),
+            stages.wrap("trust_recompute (+ event)", trust_recompute),
         ),
         mock.patch.object(
             governance, "gaming_check", stages.wrap("gaming_check", governance.gaming_check)
@@ -607,7 +612,7 @@ def bench_history(
 
     from ledger.models import Event
     from ledger.projections import projection_rebuild, registered_projections
-    from trust import selectors, services
+    from trust.scores import selectors, services
 
     say(f"2. trust_recompute over a tenant; load average {load_average()}")
     names = [f"agent-{i:04d}" for i in range(args.agents)]
@@ -690,9 +695,9 @@ def bench_regret(
 ) -> None:
     from django.utils import timezone
 
-    from trust import services
     from trust.models import Override, Round
-    from trust.scoring import text_hash
+    from trust.rounds import overrides
+    from trust.scores.scoring import text_hash
 
     say(f"4. overrides_infer_regret; load average {load_average()}")
     names = [f"agent-{i:04d}" for i in range(args.regret_agents)]
@@ -735,10 +740,10 @@ def bench_regret(
         vacuum_analyze(conn, ROUNDS, OVERRIDES)
     contradicted = args.open_overrides // 2
     started = time.perf_counter()
-    marked = services.overrides_infer_regret(tenant=tenant, now=now)
+    marked = overrides.overrides_infer_regret(tenant=tenant, now=now)
     seconds = time.perf_counter() - started
     started = time.perf_counter()
-    again = services.overrides_infer_regret(tenant=tenant, now=now)
+    again = overrides.overrides_infer_regret(tenant=tenant, now=now)
     second = time.perf_counter() - started
     regret = Override.objects.filter(tenant=tenant, regret=True).count()
     summary.report(

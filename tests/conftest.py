@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.test import APIClient
 
-from config import database, embedded
+from config import database, embedded, embedded_redis
 from ledger import services
 from ledger.models import Agent, ApiKey, Role, Tenant
 from memory.embeddings import embedder_reset
@@ -29,8 +29,8 @@ def pytest_configure(config: pytest.Config) -> None:
     layout = settings.EMBEDDED
     if not os.environ.get("DATABASE_URL") and embedded.postgres_start(layout):
         _started_here.append(embedded.postgres_stop)
-    if not os.environ.get("REDIS_URL") and embedded.redis_start(layout):
-        _started_here.append(embedded.redis_stop)
+    if not os.environ.get("REDIS_URL") and embedded_redis.redis_start(layout):
+        _started_here.append(embedded_redis.redis_stop)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -14,7 +14,7 @@ import pytest
 from config.datetimes import client_datetime_parse
 from ledger.models import Agent, Event
 from ledger.services import event_append
-from trust.interchange import agent_import
+from trust.interchange.services import agent_import
 from trust.models import Dissent
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 from django.db import OperationalError, connections
 
-from config import embedded
+from config import embedded, embedded_redis
 from config.errors import server_error
 from ledger import services
 from ledger.models import Agent, Role, Tenant
@@ -111,8 +111,8 @@ def _postgres_start(layout: embedded.EmbeddedLayout) -> None:
 OUTAGES = [
     pytest.param(
         "redis",
-        embedded.redis_stop,
-        embedded.redis_start,
+        embedded_redis.redis_stop,
+        embedded_redis.redis_start,
         marks=pytest.mark.skipif(bool(os.environ.get("REDIS_URL")), reason="embedded Redis only"),
         id="redis",
     ),

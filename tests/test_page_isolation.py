@@ -41,7 +41,7 @@ class Page:
             "trust:agent": "/trust/agents/{pk}/",
             "trust:agent_export": "/trust/agents/{pk}/export.json",
             "trust:review_queue": "/trust/review/",
-            "trust:override_regret": "/trust/overrides/{pk}/regret",
+            "trust:override_revert": "/trust/overrides/{pk}/revert",
             "trust:override_confirm": "/trust/overrides/{pk}/confirm",
             "trust:flag_review": "/trust/flags/{pk}/review",
             "trust:proposal_decide": "/trust/proposals/{pk}/decide",
@@ -58,7 +58,7 @@ PAGES = (
     Page("trust:agent", victim="agent"),
     Page("trust:agent_export", victim="agent"),
     Page("trust:review_queue"),
-    Page("trust:override_regret", "post", victim="override"),
+    Page("trust:override_revert", "post", victim="override"),
     Page("trust:override_confirm", "post", victim="override"),
     Page("trust:flag_review", "post", victim="flag", data=(("decision", "dismissed"),)),
     Page(

@@ -10,7 +10,7 @@ class TrustConfig(AppConfig):
     def ready(self) -> None:
         from ledger.jobs import job_register
         from ledger.projections import projection_register
-        from trust.projection import TrustProjection
+        from trust.rounds.projection import TrustProjection
         from trust.tasks import JOB_SPECS
 
         projection_register(TrustProjection())
@@ -20,17 +20,17 @@ class TrustConfig(AppConfig):
         # the core's because proposals point at the overrides the core replays, so a full rebuild
         # must have them back first. A pick has no table, so nothing replays it.
         from ledger.projections import service_kinds_register
-        from trust.governance import DEVILS_ADVOCATE_PICKED
-        from trust.governance_projection import GovernanceProjection
+        from trust.governance.projection import GovernanceProjection
+        from trust.governance.services import DEVILS_ADVOCATE_PICKED
 
         projection_register(GovernanceProjection())
         service_kinds_register(DEVILS_ADVOCATE_PICKED)
 
-        # The dashboards (trust.views): a reviewer's confirmation of an override is a ledger
+        # The dashboards (trust.pages): a reviewer's confirmation of an override is a ledger
         # event no table replays; up --demo fills the trust pages.
         from ledger.demo import demo_seeder_register
         from trust.demo import trust_demo_seed
-        from trust.selectors import OVERRIDE_CONFIRMED
+        from trust.rounds.selectors import OVERRIDE_CONFIRMED
 
         service_kinds_register(OVERRIDE_CONFIRMED)
         demo_seeder_register("trust", trust_demo_seed)

@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from ledger.models import Agent, Tenant
 from ledger.services import SYSTEM_ACTOR
-from trust import governance, services
-from trust.models import Round
+from trust.governance import services as governance
+from trust.rounds import overrides, services
+from trust.rounds.models import Round
 
 RUN_ID = "demo-trust"
 LEAD = "dana (team lead)"
@@ -140,7 +141,7 @@ def trust_demo_seed(tenant: Tenant) -> str:
         for n in range(4):
             hour += 6
             kept.append(
-                services.override_log(
+                overrides.override_log(
                     agent=agents["Reviewer1"],
                     agent_output=f"Reject claim {n + 1}: unsupported.",
                     human_decision=f"Accept claim {n + 1}; the source supports it on page 2.",
@@ -161,7 +162,7 @@ def trust_demo_seed(tenant: Tenant) -> str:
             ]
         ):
             hour += 8
-            services.override_log(
+            overrides.override_log(
                 agent=agents["Creator1"],
                 agent_output=output,
                 human_decision=decision,
@@ -177,14 +178,14 @@ def trust_demo_seed(tenant: Tenant) -> str:
             round=round_five, final_output="Merge PR #482 as is.", actor="orchestrator"
         )
         regretted = agents["Creator1"].overrides.filter(round_id=f"{RUN_ID}/round_06").get()
-        services.override_revert(override=regretted, reverted_by=REVIEWER, actor=REVIEWER)
+        overrides.override_revert(override=regretted, reverted_by=REVIEWER, actor=REVIEWER)
         # Waiting for their deadline: logged in the last hours.
         for name, output, decision in [
             ("Reviewer2", "Flag the migration as unsafe.", "Run the migration in two steps."),
             ("Creator1", "Use the cached figure.", "Recompute the figure from the raw export."),
             ("Curator1", "File under 'resolved'.", "File under 'needs follow-up'."),
         ]:
-            services.override_log(
+            overrides.override_log(
                 agent=agents[name],
                 agent_output=output,
                 human_decision=decision,

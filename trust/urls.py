@@ -1,29 +1,19 @@
 """The trust app's routes, in the shape every app's ``urls.py`` has: ``api_urlpatterns`` (under
-/api/v1/) and ``page_urlpatterns`` (the pages, under their own prefix and namespace)."""
+/api/v1/) and ``page_urlpatterns`` (the pages, under their own prefix and namespace), each the
+concatenation of its concepts' lists."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.urls import include, path
+from trust.governance import urls as governance
+from trust.pages import urls as pages
+from trust.rounds import urls as rounds
+from trust.scores import urls as scores
 
-from trust import views
-from trust.api import api_urls as core_urls
-from trust.governance_api import api_urls as governance_urls
-
-# Governance first: its trust/devils-advocate/ and trust/metrics/ are words where the core's
+# Governance first: its trust/devils-advocate/ and trust/metrics/ are words where the scores'
 # trust/{agent_id}/ takes a value, and a detail route's default pattern ([^/.]+) would swallow
 # them if it were tried first.
-api_urlpatterns: list[Any] = [*governance_urls, *core_urls]
-
-_pages = [
-    path("", views.overview, name="overview"),
-    path("agents/<int:pk>/", views.agent_detail, name="agent"),
-    path("agents/<int:pk>/export.json", views.agent_export, name="agent_export"),
-    path("review/", views.review_queue, name="review_queue"),
-    path("overrides/<int:pk>/regret", views.override_regret, name="override_regret"),
-    path("overrides/<int:pk>/confirm", views.override_confirm, name="override_confirm"),
-    path("flags/<int:pk>/review", views.flag_review, name="flag_review"),
-    path("proposals/<int:pk>/decide", views.proposal_decide, name="proposal_decide"),
-]
-page_urlpatterns: list[Any] = [path("trust/", include((_pages, "trust")))]
+_concepts = (governance, rounds, scores, pages)
+api_urlpatterns: list[Any] = [url for concept in _concepts for url in concept.api_urlpatterns]
+page_urlpatterns: list[Any] = [url for concept in _concepts for url in concept.page_urlpatterns]

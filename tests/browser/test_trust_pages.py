@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from ledger.models import Role
 from tests.trust.governance_rows import dissent_row, flag_row, override_row, proposal_row
-from trust import services
 from trust.models import Override, RubricProposal, TrustScoreChange
+from trust.rounds import overrides
+from trust.scores import services as score_services
 
 SCRIPT_TEXT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
@@ -29,14 +30,14 @@ def critic(tenant, make_agent):
             citations=["Accuracy", "Evidence", "Safety"][day % 3 :],
             impact=day % 2 == 0,
         )
-        services.trust_recompute(
+        score_services.trust_recompute(
             tenant=tenant,
             agent_ids=[agent.pk],
             reason="dissent_impact_true" if day % 2 == 0 else "dissent_logged",
             now=now - timedelta(days=12 - day) + timedelta(hours=1),
         )
     override_row(agent, now - timedelta(days=3))
-    services.override_log(
+    overrides.override_log(
         agent=agent,
         agent_output="Ship the report as drafted.",
         human_decision="Hold the report until the figures are checked.",
@@ -69,7 +70,7 @@ def test_a_reviewer_marks_an_override_regretted_and_the_chart_shows_the_drop(
 
     page.goto("/trust/review/")
     row = page.locator(f"#override-{waiting.pk}")
-    row.get_by_role("button", name="Mark regretted").click()
+    row.get_by_role("button", name="Mark reverted (regret)").click()
     # HTMX swaps the row in place: same id, now regretted, with the reviewer's name.
     page.wait_for_selector(f"#override-{waiting.pk}.review-row--regretted")
     assert "reverted by human:ada" in page.locator(f"#override-{waiting.pk}").inner_text()
@@ -167,7 +168,7 @@ def test_a_reviewer_cannot_reach_admin_only_actions(page_as, critic, tenant, scr
 
 
 def test_an_admin_decides_a_proposal_and_clears_a_flag_inline(page_as, critic, tenant, screenshot):
-    from trust.governance import CriterionDraft, rubric_version_create
+    from trust.governance.services import CriterionDraft, rubric_version_create
 
     rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="root")
     proposal = proposal_row(tenant)

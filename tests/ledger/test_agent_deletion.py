@@ -34,16 +34,10 @@ from memory.services import (
     memory_delete,
     memory_update,
 )
-from trust.governance import CriterionDraft, rubric_proposal_open, rubric_version_create
+from trust.governance.services import CriterionDraft, rubric_proposal_open, rubric_version_create
 from trust.models import Dissent, GamingFlag, Override, RubricProposal
-from trust.services import (
-    dissent_log,
-    dissent_set_impact,
-    override_log,
-    override_revert,
-    round_finalize,
-    rounds_post,
-)
+from trust.rounds.overrides import override_log, override_revert
+from trust.rounds.services import dissent_log, dissent_set_impact, round_finalize, rounds_post
 
 pytestmark = pytest.mark.django_db
 

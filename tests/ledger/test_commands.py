@@ -11,9 +11,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
+from config.supervisor import DataFolderLock
 from ledger.demo import DEMO_API_KEY_NAME, admin_user_ensure, demo_data_seed, demo_tenant_ensure
 from ledger.management.commands.up import Command as UpCommand
-from ledger.management.commands.up import DataFolderLock
 from ledger.models import Agent, ApiKey, Event, Membership, Role, Tenant
 
 pytestmark = pytest.mark.django_db

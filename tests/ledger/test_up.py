@@ -25,9 +25,10 @@ import pytest
 from django.conf import settings
 from django.core.management.base import OutputWrapper
 
-from config.embedded import EmbeddedLayout, postgres_stop, redis_stop
-from ledger.management.commands import up as up_command
-from ledger.management.commands.up import Child, Console, Supervisor
+from config import supervisor as supervision
+from config.embedded import EmbeddedLayout, postgres_stop
+from config.embedded_redis import redis_stop
+from config.supervisor import Child, Console, Supervisor
 
 HEALTHY_TIMEOUT_SECONDS = 90
 STOP_TIMEOUT_SECONDS = 30
@@ -236,7 +237,7 @@ def _pid(child: Child) -> int:
 
 
 def test_it_restarts_a_crashing_child_then_gives_up(monkeypatch):
-    monkeypatch.setattr(up_command, "RESTART_BACKOFF_MAX_SECONDS", 0.05)
+    monkeypatch.setattr(supervision, "RESTART_BACKOFF_MAX_SECONDS", 0.05)
     script = "print('boom', flush=True); raise SystemExit(3)"
     flaky = Child("flaky", [sys.executable, "-c", script], backoff=0.01)
     supervisor, out = _supervisor(flaky)
@@ -251,13 +252,13 @@ def test_it_restarts_a_crashing_child_then_gives_up(monkeypatch):
     assert failed is flaky
     time.sleep(0.2)  # the echo thread of the last run
     text = out.getvalue()
-    assert text.count("[flaky] boom") == up_command.CRASH_LOOP_LIMIT
-    assert text.count("exited unexpectedly (status 3)") == up_command.CRASH_LOOP_LIMIT - 1
+    assert text.count("[flaky] boom") == supervision.CRASH_LOOP_LIMIT
+    assert text.count("exited unexpectedly (status 3)") == supervision.CRASH_LOOP_LIMIT - 1
     assert "giving up" in text
 
 
 def test_it_doubles_the_restart_delay_up_to_the_cap(monkeypatch):
-    monkeypatch.setattr(up_command, "RESTART_BACKOFF_MAX_SECONDS", 4.0)
+    monkeypatch.setattr(supervision, "RESTART_BACKOFF_MAX_SECONDS", 4.0)
     flaky = Child("flaky", [sys.executable, "-c", "raise SystemExit(1)"])
     supervisor, _ = _supervisor(flaky)
     delays = []
@@ -274,7 +275,7 @@ def test_it_doubles_the_restart_delay_up_to_the_cap(monkeypatch):
 
 
 def test_it_stops_children_and_kills_those_that_ignore_sigterm(monkeypatch):
-    monkeypatch.setattr(up_command, "STOP_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(supervision, "STOP_GRACE_SECONDS", 1.0)
     stubborn_script = (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "print('ready', flush=True); time.sleep(60)"
@@ -315,5 +316,5 @@ def test_a_second_ctrl_c_kills_without_waiting(monkeypatch):
     started = time.monotonic()
     supervisor.stop(hurry=hurry)
 
-    assert time.monotonic() - started < up_command.STOP_GRACE_SECONDS / 2
+    assert time.monotonic() - started < supervision.STOP_GRACE_SECONDS / 2
     assert not process.is_running()

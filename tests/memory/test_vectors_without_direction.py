@@ -23,7 +23,7 @@ from memory.local_embedder import DIMENSIONS
 from memory.models import EventEmbedding, KnowledgeChunk, Memory
 from memory.services import MemoryDraft, memories_store, memory_embeddings_backfill
 from trust.models import DissentEmbedding
-from trust.services import dissent_log
+from trust.rounds.services import dissent_log
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ledger.models import Agent
 from trust.models import Dissent, Override
-from trust.scoring import text_hash
+from trust.scores.scoring import text_hash
 
 
 def agent_with(agent: Agent, *, trust: float, rounds: int = 10) -> Agent:

@@ -8,7 +8,8 @@ from typing import Any
 from ledger.models import Agent, Role, Tenant
 from tests.endpoints import Endpoint
 from trust.models import Dissent, Override, Round, TrustScoreChange
-from trust.services import dissent_log, override_log, rounds_post
+from trust.rounds.overrides import override_log
+from trust.rounds.services import dissent_log, rounds_post
 
 OVERRIDE = {"agent": "Creator1", "agent_output": "draft", "human_decision": "decision"}
 

@@ -11,14 +11,14 @@ from django.utils import timezone
 
 from ledger.models import Agent, Role, Tenant
 from tests.endpoints import Endpoint
-from trust.governance import (
+from trust.governance.services import (
     CriterionDraft,
     gaming_check,
     rubric_proposal_open,
     rubric_version_create,
 )
 from trust.models import Dissent, GamingFlag, Override, RubricProposal, RubricVersion
-from trust.scoring import text_hash
+from trust.scores.scoring import text_hash
 
 
 @dataclass(frozen=True)

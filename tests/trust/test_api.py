@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ledger.models import Event, Role
-from trust.governance import CriterionDraft, rubric_version_create
+from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import Dissent, Override, Round
-from trust.services import dissent_log, override_log
+from trust.rounds.overrides import override_log
+from trust.rounds.services import dissent_log
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ import pytest
 
 from ledger.models import Event, Role
 from tests.trust.governance_rows import agent_with, dissent_row, override_row
-from trust.governance import CriterionDraft, gaming_check, rubric_version_create
+from trust.governance.services import CriterionDraft, gaming_check, rubric_version_create
 from trust.models import GamingFlag, RubricProposal
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from config.api import ApiError
 from ledger.models import Event
 from tests.trust.governance_rows import agent_with
-from trust.governance import MAX_SEED, devils_advocate_choose, devils_advocate_pick
+from trust.governance.services import MAX_SEED, devils_advocate_choose, devils_advocate_pick
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ import pytest
 from config.api import ApiError
 from ledger.models import Event
 from tests.trust.governance_rows import agent_with, dissent_row, override_row
-from trust.governance import (
+from trust.governance.services import (
     CriterionDraft,
     gaming_check,
     gaming_flag_review,
@@ -162,7 +162,7 @@ def test_after_a_review_only_dissents_logged_since_count(trusted, flag):
 def test_logging_a_dissent_through_the_core_runs_the_check(
     tenant, make_agent, embedder_down, clock
 ):
-    from trust.services import dissent_log, dissent_set_impact
+    from trust.rounds.services import dissent_log, dissent_set_impact
 
     rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="x")
     agent = make_agent(tenant, name="Narrow")

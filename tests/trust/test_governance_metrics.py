@@ -6,7 +6,7 @@ import pytest
 
 from config.api import ApiError
 from tests.trust.governance_rows import dissent_row, override_row
-from trust.governance import MetricCounts, trust_metrics
+from trust.governance.selectors import MetricCounts, trust_metrics
 
 pytestmark = pytest.mark.django_db
 

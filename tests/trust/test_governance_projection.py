@@ -7,7 +7,8 @@ from django.db import connection
 
 from ledger.projections import projection_rebuild, registered_projections, reserved_kinds
 from tests.trust.governance_rows import agent_with, dissent_row, override_row
-from trust.governance import (
+from trust.governance.projection import GovernanceProjection
+from trust.governance.services import (
     CriterionDraft,
     gaming_check,
     gaming_flag_review,
@@ -15,7 +16,6 @@ from trust.governance import (
     rubric_proposal_open,
     rubric_version_create,
 )
-from trust.governance_projection import GovernanceProjection
 from trust.models import GamingFlag, RubricProposal, RubricVersion
 
 pytestmark = pytest.mark.django_db
@@ -126,7 +126,7 @@ def test_after_a_rebuild_into_fresh_sequences_new_rows_do_not_collide(governed):
 
 
 def test_a_full_trust_rebuild_keeps_proposals_linked_to_their_overrides(tenant, make_agent):
-    from trust.services import override_log
+    from trust.rounds.overrides import override_log
 
     agent = make_agent(tenant, name="Creator1")
     rubric_version_create(tenant=tenant, criteria=[CriterionDraft("Accuracy")], actor="x")

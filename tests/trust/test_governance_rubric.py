@@ -7,15 +7,14 @@ import pytest
 from config.api import ApiError
 from ledger.models import Event
 from tests.trust.governance_rows import agent_with, override_row
-from trust.governance import (
+from trust.governance.selectors import decision_maker_trust, rubric_current
+from trust.governance.services import (
     CriterionDraft,
-    decision_maker_trust,
     rubric_proposal_decide,
     rubric_proposal_open,
     rubric_version_create,
 )
 from trust.models import RubricVersion
-from trust.selectors import rubric_current
 
 pytestmark = pytest.mark.django_db
 

@@ -13,20 +13,14 @@ from django.core.management import call_command
 from config.api import ApiError
 from ledger.models import Agent, Event
 from ledger.projections import projection_rebuild, registered_projections
-from trust import selectors
-from trust.interchange import agent_export, agent_import
+from trust.interchange.selectors import agent_export
+from trust.interchange.services import agent_import
 from trust.models import Dissent, Override, TrustScoreChange
-from trust.scoring import trust_score
-from trust.services import (
-    dissent_log,
-    dissent_set_impact,
-    override_log,
-    override_revert,
-    overrides_infer_regret,
-    round_finalize,
-    rounds_post,
-    trust_recompute,
-)
+from trust.rounds.overrides import override_log, override_revert, overrides_infer_regret
+from trust.rounds.services import dissent_log, dissent_set_impact, round_finalize, rounds_post
+from trust.scores import selectors
+from trust.scores.scoring import trust_score
+from trust.scores.services import trust_recompute
 
 pytestmark = pytest.mark.django_db
 

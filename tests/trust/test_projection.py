@@ -10,15 +10,13 @@ from django.core.management import CommandError, call_command
 
 from ledger.models import Agent
 from ledger.projections import projection_rebuild, registered_projections
-from trust.governance import CriterionDraft, rubric_version_create
+from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import Dissent, DissentEmbedding, Override, Round, TrustScoreChange
-from trust.projection import TrustProjection
-from trust.services import (
+from trust.rounds.overrides import override_log, override_revert, overrides_infer_regret
+from trust.rounds.projection import TrustProjection
+from trust.rounds.services import (
     dissent_log,
     dissent_set_impact,
-    override_log,
-    override_revert,
-    overrides_infer_regret,
     round_finalize,
     round_revise,
     rounds_post,

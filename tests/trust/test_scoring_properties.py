@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trust.scoring import (
+from trust.scores.scoring import (
     MAX_DEPTH,
     MAX_NOVELTY,
     PRIOR,

@@ -11,7 +11,7 @@ from config.api import ApiError
 from ledger.models import Event
 from memory.local_embedder import DIMENSIONS
 from tests.standins import hashed_bag_of_words
-from trust.governance import CriterionDraft, rubric_version_create
+from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import (
     ArtifactVersion,
     Dissent,
@@ -20,18 +20,16 @@ from trust.models import (
     Round,
     TrustScoreChange,
 )
-from trust.services import (
+from trust.rounds.overrides import override_log, override_revert, overrides_infer_regret
+from trust.rounds.services import (
     dissent_embeddings_backfill,
     dissent_log,
     dissent_set_impact,
-    override_log,
-    override_revert,
-    overrides_infer_regret,
     round_finalize,
     round_revise,
     rounds_post,
-    trust_recompute,
 )
+from trust.scores.services import trust_recompute
 
 pytestmark = pytest.mark.django_db
 

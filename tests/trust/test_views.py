@@ -21,9 +21,10 @@ from tests.trust.governance_rows import (
     override_row,
     proposal_row,
 )
-from trust import services
-from trust.governance import CriterionDraft, rubric_version_create
+from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import GamingFlag, Override, RubricProposal, RubricVersion, TrustScoreChange
+from trust.rounds import overrides
+from trust.scores import services as score_services
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +54,7 @@ def agent(tenant, make_agent):
 @pytest.fixture
 def waiting_override(agent):
     now = timezone.now()
-    return services.override_log(
+    return overrides.override_log(
         agent=agent,
         agent_output="Ship it.",
         human_decision="Hold it.",
@@ -98,7 +99,7 @@ def test_another_tenants_agent_override_flag_and_proposal_are_404(
 
     assert client.get(f"/trust/agents/{theirs.pk}/").status_code == 404
     assert client.get(f"/trust/agents/{theirs.pk}/export.json").status_code == 404
-    assert client.post(f"/trust/overrides/{override.pk}/regret").status_code == 404
+    assert client.post(f"/trust/overrides/{override.pk}/revert").status_code == 404
     assert client.post(f"/trust/overrides/{override.pk}/confirm").status_code == 404
     assert (
         client.post(f"/trust/flags/{flag.pk}/review", {"decision": "dismissed"}).status_code == 404
@@ -125,7 +126,7 @@ def test_the_overview_lists_agents_with_score_trend_probation_flags_and_rates(
         dissent_row(critic, now - timedelta(days=day + 1), impact=impact)
     override_row(critic, now - timedelta(days=2), regret=True)
     override_row(critic, now - timedelta(days=3))
-    services.trust_recompute(tenant=tenant, reason="recomputed")
+    score_services.trust_recompute(tenant=tenant, reason="recomputed")
     flag_row(critic)
     client = login()
 
@@ -190,8 +191,8 @@ def test_the_agent_page_shows_chart_data_components_history_and_stats(
     for day in range(3):
         dissent_row(agent, now - timedelta(days=day + 1), citations=["Accuracy"], impact=True)
     override = override_row(agent, now - timedelta(days=2))
-    services.trust_recompute(tenant=agent.tenant, agent_ids=[agent.pk], reason="recomputed")
-    services.override_revert(override=override, reverted_by="ada", actor="ada")
+    score_services.trust_recompute(tenant=agent.tenant, agent_ids=[agent.pk], reason="recomputed")
+    overrides.override_revert(override=override, reverted_by="ada", actor="ada")
     client = login()
 
     with django_assert_max_num_queries(20):
@@ -333,7 +334,7 @@ def test_a_reviewer_marks_an_override_regretted_and_the_row_updates_in_place(
     before = agent.trust_score
     client = login(username="ada")
 
-    response = client.post(f"/trust/overrides/{waiting_override.pk}/regret", **HTMX)
+    response = client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
 
     assert response.status_code == 200
     html = response.content.decode()
@@ -353,10 +354,10 @@ def test_a_reviewer_marks_an_override_regretted_and_the_row_updates_in_place(
 
 def test_marking_an_override_twice_shows_the_conflict_and_changes_nothing(login, waiting_override):
     client = login()
-    client.post(f"/trust/overrides/{waiting_override.pk}/regret", **HTMX)
+    client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
     events = Event.objects.count()
 
-    again = client.post(f"/trust/overrides/{waiting_override.pk}/regret", **HTMX)
+    again = client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
 
     assertContains(again, "already reverted")
     assert Event.objects.count() == events
@@ -379,7 +380,7 @@ def test_a_reviewer_confirms_an_override_as_a_ledger_event_in_their_name(login, 
 
 
 def test_without_htmx_an_action_redirects_back_to_the_queue(login, waiting_override):
-    response = login().post(f"/trust/overrides/{waiting_override.pk}/regret")
+    response = login().post(f"/trust/overrides/{waiting_override.pk}/revert")
 
     assert response.status_code == 302
     assert response["Location"] == "/trust/review/"
@@ -391,11 +392,11 @@ def test_actions_need_the_csrf_token(tenant, waiting_override):
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
 
-    refused = client.post(f"/trust/overrides/{waiting_override.pk}/regret", **HTMX)
+    refused = client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
     page = client.get("/trust/review/")
     token = page.cookies["csrftoken"].value
     allowed = client.post(
-        f"/trust/overrides/{waiting_override.pk}/regret", HTTP_X_CSRFTOKEN=token, **HTMX
+        f"/trust/overrides/{waiting_override.pk}/revert", HTTP_X_CSRFTOKEN=token, **HTMX
     )
 
     assert refused.status_code == 403

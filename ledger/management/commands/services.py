@@ -11,9 +11,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config import embedded
+from config import embedded, embedded_redis
 from config.env import env_str
-from ledger.management.commands.up import DataFolderLock, already_running_message
+from config.supervisor import DataFolderLock, already_running_message
 
 
 class Command(BaseCommand):
@@ -30,7 +30,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"PostgreSQL {'started' if postgres else 'already running'} in {layout.pgdata}"
             )
-            redis = embedded.redis_start(layout)
+            redis = embedded_redis.redis_start(layout)
             self.stdout.write(
                 f"Redis {'started' if redis else 'already running'} on {layout.redis_socket}"
             )
@@ -43,7 +43,7 @@ class Command(BaseCommand):
                     "SIGTERM to that pid); it stops PostgreSQL and Redis itself."
                 )
             try:
-                embedded.redis_stop(layout)
+                embedded_redis.redis_stop(layout)
                 self.stdout.write("Redis stopped")
                 embedded.postgres_stop(layout)
                 self.stdout.write("PostgreSQL stopped")
@@ -56,7 +56,7 @@ class Command(BaseCommand):
         layout = settings.EMBEDDED
         postgres_socket = layout.socket_dir / ".s.PGSQL.5432"
         postgres = "answering" if embedded.postgres_is_running(layout) else "not running"
-        redis = "answering" if embedded.redis_is_running(layout) else "not running"
+        redis = "answering" if embedded_redis.redis_is_running(layout) else "not running"
         lock = DataFolderLock(settings.DATA_DIR)
         if lock.acquire():
             lock.release()

@@ -7,32 +7,37 @@ gunicorn, a Celery worker and Celery beat as supervised children until Ctrl-C or
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from config import embedded
+from config import embedded, embedded_redis
 from config.env import env_int, env_str
 from config.health import health_report
+from config.supervisor import (
+    CRASH_LOOP_LIMIT,
+    CRASH_LOOP_WINDOW_SECONDS,
+    Child,
+    Console,
+    DataFolderLock,
+    Supervisor,
+    already_running_message,
+)
 from ledger.demo import (
     admin_user_ensure,
     demo_data_seed,
@@ -41,64 +46,9 @@ from ledger.demo import (
 )
 from ledger.jobs import job_schedules_ensure
 
-RESTART_BACKOFF_FIRST_SECONDS = 1.0
-RESTART_BACKOFF_MAX_SECONDS = 30.0
-CRASH_LOOP_LIMIT = 5
-CRASH_LOOP_WINDOW_SECONDS = 60.0
-# A child that ran this long before exiting gets the short backoff again: it was not crash-looping.
-STABLE_RUN_SECONDS = 60.0
-STOP_GRACE_SECONDS = 15.0
 HEALTH_POLL_SECONDS = 0.5
 HEALTH_WARN_AFTER_SECONDS = 120.0
 SUPERVISE_TICK_SECONDS = 0.2
-
-
-class DataFolderLock:
-    """``<data dir>/up.lock``: held by the one ``up`` serving a data folder, for its whole life.
-
-    A kernel ``flock`` rather than a pid file alone, so a crashed ``up`` never leaves a stale
-    lock behind. The pid written inside is only for the message the next ``up`` prints.
-    """
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "up.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # os.open descriptors are not inherited by children, so no server we start keeps the lock.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
-        return True
-
-    def holder_pid(self) -> int | None:
-        try:
-            return int(self.path.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        os.ftruncate(self._fd, 0)
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._fd = None
-
-
-def already_running_message(lock: DataFolderLock) -> str:
-    pid = lock.holder_pid()
-    return (
-        f"Agent Memory is already running on this data folder ({settings.DATA_DIR}, "
-        f"pid {pid if pid is not None else 'unknown'}); stop it first."
-    )
 
 
 def _seconds_since_process_start() -> float:
@@ -215,160 +165,6 @@ def _gunicorn_control_socket_args() -> list[str]:
         return []
     settings.EMBEDDED.socket_dir.mkdir(parents=True, exist_ok=True)
     return ["--control-socket", str(settings.EMBEDDED.socket_dir / "gunicorn.ctl")]
-
-
-class Console:
-    """Line-at-a-time output shared by the echo threads and the supervisor."""
-
-    def __init__(self, stream: OutputWrapper) -> None:
-        self._stream = stream
-        self._lock = threading.Lock()
-
-    def line(self, source: str, text: str) -> None:
-        with self._lock:
-            self._stream.write(f"[{source}] {text}")
-            self._stream.flush()
-
-    def block(self, lines: list[str]) -> None:
-        with self._lock:
-            for text in lines:
-                self._stream.write(text)
-            self._stream.flush()
-
-
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    process: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    backoff: float = RESTART_BACKOFF_FIRST_SECONDS
-    restart_at: float | None = None
-    exits: deque[float] = field(default_factory=deque)
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"status {code}"
-
-
-def _kill_group(pid: int) -> None:
-    # Each child leads its own process group; this also reaches gunicorn and Celery pool workers.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-class Supervisor:
-    """Runs the children, echoes their output, and restarts them with backoff when they exit."""
-
-    def __init__(self, children: list[Child], *, env: dict[str, str], console: Console) -> None:
-        self.children = children
-        self.env = env
-        self.console = console
-
-    def start(self) -> None:
-        for child in self.children:
-            self._spawn(child)
-
-    def _spawn(self, child: Child) -> None:
-        process = subprocess.Popen(
-            child.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            cwd=settings.BASE_DIR,
-            # Own process group: a terminal's Ctrl-C reaches only ``up``, which stops children
-            # in order instead of every process dying at once.
-            start_new_session=True,
-        )
-        child.process = process
-        child.started_at = time.monotonic()
-        assert process.stdout is not None
-        threading.Thread(
-            target=self._echo,
-            args=(child.name, process.stdout),
-            name=f"echo-{child.name}",
-            daemon=True,
-        ).start()
-
-    def _echo(self, name: str, stream: IO[bytes]) -> None:
-        with stream:
-            for raw in iter(stream.readline, b""):
-                self.console.line(name, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-
-    def check(self) -> Child | None:
-        """Restart children that exited or are due; return a child that is crash-looping."""
-        now = time.monotonic()
-        for child in self.children:
-            if child.process is None:
-                if child.restart_at is not None and now >= child.restart_at:
-                    child.restart_at = None
-                    self.console.line("up", f"restarting {child.name}")
-                    self._spawn(child)
-                continue
-            code = child.process.poll()
-            if code is None:
-                continue
-            _kill_group(child.process.pid)
-            child.process = None
-            ran_for = now - child.started_at
-            child.exits.append(now)
-            while child.exits and now - child.exits[0] > CRASH_LOOP_WINDOW_SECONDS:
-                child.exits.popleft()
-            if len(child.exits) >= CRASH_LOOP_LIMIT:
-                self.console.line(
-                    "up",
-                    f"{child.name} exited ({_describe_exit(code)}) {len(child.exits)} times "
-                    f"within {CRASH_LOOP_WINDOW_SECONDS:.0f} s; giving up",
-                )
-                return child
-            if ran_for >= STABLE_RUN_SECONDS:
-                child.backoff = RESTART_BACKOFF_FIRST_SECONDS
-            delay = child.backoff
-            child.backoff = min(child.backoff * 2, RESTART_BACKOFF_MAX_SECONDS)
-            child.restart_at = now + delay
-            self.console.line(
-                "up",
-                f"{child.name} exited unexpectedly ({_describe_exit(code)}) after "
-                f"{ran_for:.1f} s; restarting in {delay:.0f} s",
-            )
-        return None
-
-    def stop(self, *, hurry: threading.Event) -> None:
-        """SIGTERM every child in order, wait up to the grace period, SIGKILL what is left.
-
-        ``hurry`` (a second Ctrl-C) cuts the wait short; the kill still happens, so nothing is
-        left running either way.
-        """
-        for child in self.children:
-            child.restart_at = None
-            if child.running:
-                assert child.process is not None
-                self.console.line("up", f"stopping {child.name}")
-                with contextlib.suppress(ProcessLookupError):
-                    child.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while any(child.running for child in self.children):
-            if hurry.is_set() or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
-        for child in self.children:
-            if child.process is None:
-                continue
-            if child.running:
-                self.console.line("up", f"{child.name} did not stop in time; killing it")
-            _kill_group(child.process.pid)
-            child.process.wait()
-            child.process = None
 
 
 class Command(BaseCommand):
@@ -497,7 +293,7 @@ class Command(BaseCommand):
                 f"PostgreSQL {'started' if started else 'already running'} in {layout.pgdata}"
             )
         if self._uses_embedded_redis:
-            started = embedded.redis_start(layout)
+            started = embedded_redis.redis_start(layout)
             self._say(
                 f"Redis {'started' if started else 'already running'} on {layout.redis_socket}"
             )
@@ -661,7 +457,7 @@ class Command(BaseCommand):
         layout = settings.EMBEDDED
         if self._uses_embedded_redis:
             self._console.line("up", "stopping Redis")
-            embedded.redis_stop(layout)
+            embedded_redis.redis_stop(layout)
         if self._uses_embedded_postgres:
             self._console.line("up", "stopping PostgreSQL")
             embedded.postgres_stop(layout)

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.models import Agent
-from trust.interchange import agent_export
+from trust.interchange.selectors import agent_export
 
 
 class Command(BaseCommand):

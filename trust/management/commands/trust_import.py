@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from config.api import ApiError
 from ledger.models import Tenant
 from ledger.services import SYSTEM_ACTOR
-from trust.interchange import agent_import
+from trust.interchange.services import agent_import
 
 
 class Command(BaseCommand):

@@ -17,8 +17,13 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.models import Agent, Event, Tenant
 from ledger.services import tenant_write_lock
-from trust.governance import GAMING_EVENT_KINDS, RUBRIC_EVENT_KINDS
-from trust.models import GamingFlag, Override, RubricCriterion, RubricProposal, RubricVersion
+from trust.governance.models import GamingFlag, RubricCriterion, RubricProposal, RubricVersion
+from trust.rounds.models import Override
+
+GAMING_EVENT_KINDS = frozenset({"gaming.flagged", "gaming.flag_reviewed"})
+RUBRIC_EVENT_KINDS = frozenset(
+    {"rubric.version_created", "rubric.change_proposed", "rubric.proposal_decided"}
+)
 
 _FLAG_FIELDS = (
     "id",

@@ -1,4 +1,4 @@
-"""Input and output shapes of the governance API (trust.governance_api)."""
+"""Input and output shapes of the governance API (trust.governance.api)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from trust.governance import BUCKETS, MAX_SEED, CriterionDraft
-from trust.models import GamingFlag, RubricCriterion, RubricProposal, RubricVersion
+from trust.governance.models import GamingFlag, RubricCriterion, RubricProposal, RubricVersion
+from trust.governance.selectors import BUCKETS
+from trust.governance.services import MAX_SEED, CriterionDraft
 
 
 @extend_schema_field(OpenApiTypes.INT)
 class RawSeedField(serializers.Field[Any, Any, Any, Any]):
-    """Passed through as sent: trust.governance refuses booleans, floats and strings itself
+    """Passed through as sent: trust.governance.services refuses booleans, floats and strings itself
     (400 ``invalid_seed``), where an IntegerField would quietly turn ``1.0`` or ``"1"`` into 1."""
 
     def to_internal_value(self, data: Any) -> Any:

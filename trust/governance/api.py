@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -18,21 +17,14 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.routers import SimpleRouter
 
 from config.api import ApiError
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
-from trust.governance import (
-    devils_advocate_pick,
-    gaming_flag_review,
-    rubric_proposal_decide,
-    rubric_proposal_open,
-    rubric_version_create,
-    trust_metrics,
-)
-from trust.governance_serializers import (
+from trust.governance.models import GamingFlag, RubricProposal, RubricVersion
+from trust.governance.selectors import rubric_current, trust_metrics
+from trust.governance.serializers import (
     DevilsAdvocatePickSerializer,
     DevilsAdvocateRequestSerializer,
     GamingFlagReviewSerializer,
@@ -45,8 +37,15 @@ from trust.governance_serializers import (
     RubricVersionSerializer,
     TrustMetricsSerializer,
 )
-from trust.models import GamingFlag, Override, RubricProposal, RubricVersion
-from trust.selectors import agents_named, rubric_current, unknown_agents
+from trust.governance.services import (
+    devils_advocate_pick,
+    gaming_flag_review,
+    rubric_proposal_decide,
+    rubric_proposal_open,
+    rubric_version_create,
+)
+from trust.rounds.models import Override
+from trust.rounds.selectors import agents_named, unknown_agents
 
 
 def status_filtered(
@@ -300,28 +299,3 @@ class RubricProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Te
             actor=self.principal.actor,
         )
         return Response(self.get_serializer(decided).data)
-
-
-api_router = SimpleRouter()
-api_router.register("flags", GamingFlagViewSet, basename="gaming-flag")
-api_router.register("rubric/versions", RubricVersionViewSet, basename="rubric-version")
-api_router.register("rubric-proposals", RubricProposalViewSet, basename="rubric-proposal")
-
-api_urls: list[Any] = [
-    path(
-        "trust/devils-advocate/",
-        DevilsAdvocateViewSet.as_view({"post": "create"}),
-        name="trust-devils-advocate",
-    ),
-    path(
-        "trust/metrics/",
-        TrustMetricsViewSet.as_view({"get": "retrieve"}),
-        name="trust-metrics",
-    ),
-    path(
-        "rubric/",
-        RubricViewSet.as_view({"get": "retrieve", "post": "create"}),
-        name="rubric",
-    ),
-    *api_router.urls,
-]

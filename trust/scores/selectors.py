@@ -1,4 +1,6 @@
-"""Reads of the trust app: the evidence behind scores, statistics, metrics, probation."""
+"""Reads of trust scores: the evidence behind a score and its terms, probation, the history and
+long-term statistics, what the trust endpoints answer, and the overview's and agent page's
+sparklines, chart and citation diversity."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import (
     Avg,
     Count,
@@ -21,37 +23,33 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
-from django.db.models.functions import Cast, Coalesce, Left
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from config.api import ApiError
-from ledger.models import Agent, Event, Tenant
-from memory.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
-from trust.models import (
-    Dissent,
-    GamingFlag,
-    Override,
-    RubricProposal,
-    RubricVersion,
-    TrustScoreChange,
-)
-from trust.scoring import PRIOR, TrustBreakdown, TrustEvidence, citation_entropy, trust_score
+from config.sql import row_named, rows_named
+from ledger.models import Agent, Tenant
+from trust.governance.models import GamingFlag
+from trust.rounds.models import Dissent, Override
+from trust.rounds.selectors import recent_dissents, recent_overrides
+from trust.scores.models import TrustScoreChange
+from trust.scores.scoring import PRIOR, TrustBreakdown, TrustEvidence, citation_entropy, trust_score
 
 WINDOW_MIN_EVENTS = 5  # below this many events in the window, a ratio uses all history
+
+
 DEPTH_WINDOW = 100  # avg_depth is over the agent's last 100 dissents
-# HNSW candidate list for the nearest earlier dissent, in strict order. bench/trust_bench.py
-# (10,000 of the agent's dissents among 110,000) found it exactly for 200 of 200 dissents at 200
-# and at 400 (9 ms), but missed one at 100 (by 0.59): 200 is the smallest exact list measured.
-NOVELTY_EF_SEARCH = 200
+
 
 # One statement for any number of agents: the per-agent aggregates run on the
 # (tenant, agent, occurred_at) indexes, so one agent costs one index range, and a bulk recompute
 # of a tenant is one pass per table.
 _EVIDENCE_SQL = """
-SELECT a.id,
-       d_recent.known, d_recent.impactful, d_all.known, d_all.impactful,
-       depth.n, depth.total,
-       o_recent.total, o_recent.regretted, o_all.total, o_all.regretted
+SELECT a.id AS agent_id,
+       d_recent.known AS known_recent, d_recent.impactful AS impactful_recent,
+       d_all.known AS known_all, d_all.impactful AS impactful_all,
+       depth.n AS depth_n, depth.total AS depth_total,
+       o_recent.total AS overrides_recent, o_recent.regretted AS regretted_recent,
+       o_all.total AS overrides_all, o_all.regretted AS regretted_all
 FROM ledger_agent a
 LEFT JOIN LATERAL (
     SELECT count(*) FILTER (WHERE impact IS NOT NULL) AS known,
@@ -123,71 +121,32 @@ def trust_evidence(
         params["agents"] = list(agent_ids)
     with connection.cursor() as cursor:
         cursor.execute(_EVIDENCE_SQL.format(agent_filter=agent_filter), params)
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
     evidence = {}
     for row in rows:
-        agent_id, *counts = row
-        known_recent, impactful_recent, known_all, impactful_all = (int(c) for c in counts[:4])
-        depth_n, depth_total = int(counts[4]), float(counts[5])
-        total_recent, regret_recent, total_all, regret_all = (int(c) for c in counts[6:])
         dissents_known, impactful, dissent_window = _windowed(
-            known_recent, impactful_recent, known_all, impactful_all
+            int(row["known_recent"]),
+            int(row["impactful_recent"]),
+            int(row["known_all"]),
+            int(row["impactful_all"]),
         )
         overrides, regretted, override_window = _windowed(
-            total_recent, regret_recent, total_all, regret_all
+            int(row["overrides_recent"]),
+            int(row["regretted_recent"]),
+            int(row["overrides_all"]),
+            int(row["regretted_all"]),
         )
-        evidence[int(agent_id)] = TrustEvidence(
+        evidence[int(row["agent_id"])] = TrustEvidence(
             dissents_known=dissents_known,
             dissents_impactful=impactful,
             dissents_window=dissent_window,
-            depth_count=depth_n,
-            depth_sum=depth_total,
+            depth_count=int(row["depth_n"]),
+            depth_sum=float(row["depth_total"]),
             overrides=overrides,
             overrides_regretted=regretted,
             overrides_window=override_window,
         )
     return evidence
-
-
-def unknown_agents(names: Sequence[str]) -> ApiError:
-    return ApiError(
-        code="unknown_agent",
-        message=f"No agent of this tenant is named {', '.join(names)}.",
-        details={"unknown": list(names)},
-    )
-
-
-def agents_named(*, tenant: Tenant, names: Sequence[str]) -> dict[str, Agent]:
-    """The tenant's agents by name; 400 ``unknown_agent`` listing the names that are none."""
-    agents = {agent.name: agent for agent in Agent.objects.filter(tenant=tenant, name__in=names)}
-    unknown = [name for name in names if name not in agents]
-    if unknown:
-        raise unknown_agents(unknown)
-    return agents
-
-
-def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | None:
-    """The highest cosine similarity of ``vector`` to the agent's earlier dissents, or None.
-
-    The nearest neighbour comes from the HNSW index with iterative scans, so the agent filter
-    cannot starve it however many other agents' dissents share the index.
-    """
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Strict order: in relaxed order the first row of this agent that the index offers need
-        # not be its nearest (bench/trust_bench.py found novelty off by up to 0.69 that way).
-        hnsw_scan_configure(cursor, ef_search=NOVELTY_EF_SEARCH)
-        cursor.execute(
-            f"""
-            SELECT {cosine_similarity_sql("embedding")}
-            FROM trust_dissentembedding
-            WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
-            ORDER BY embedding <=> %(vector)s::vector
-            LIMIT 1
-            """,  # noqa: S608 (the f-string adds our own SQL, no input)
-            {"vector": vector_literal(vector), "tenant": agent.tenant_id, "agent": agent.pk},
-        )
-        row = cursor.fetchone()
-    return None if row is None or row[0] is None else float(row[0])
 
 
 def agent_on_probation(*, agent: Agent, now: datetime | None = None) -> bool:
@@ -196,15 +155,6 @@ def agent_on_probation(*, agent: Agent, now: datetime | None = None) -> bool:
     if agent.rounds_participated < settings.PROBATION_MIN_ROUNDS:
         return True
     return agent.probation_until is not None and agent.probation_until > moment
-
-
-def rubric_current(*, tenant: Tenant) -> RubricVersion | None:
-    return (
-        RubricVersion.objects.filter(tenant=tenant)
-        .prefetch_related("criteria")
-        .order_by("-number")
-        .first()
-    )
 
 
 def trust_history(*, agent: Agent) -> list[dict[str, Any]]:
@@ -240,36 +190,67 @@ def long_term_stats(*, agent: Agent, now: datetime | None = None) -> LongTermSta
             """
             SELECT
               (SELECT avg(depth_score) FROM trust_dissent
-                WHERE agent_id = %(agent)s AND occurred_at > %(since)s AND occurred_at <= %(now)s),
+                WHERE agent_id = %(agent)s AND occurred_at > %(since)s AND occurred_at <= %(now)s)
+                AS depth,
               (SELECT avg(impact::int) FROM trust_dissent
                 WHERE agent_id = %(agent)s AND impact IS NOT NULL
-                  AND occurred_at > %(since)s AND occurred_at <= %(now)s),
-              (SELECT count(*) FROM trust_override WHERE agent_id = %(agent)s),
+                  AND occurred_at > %(since)s AND occurred_at <= %(now)s) AS impact,
+              (SELECT count(*) FROM trust_override WHERE agent_id = %(agent)s) AS overrides,
               (SELECT avg(regret::int) FROM trust_override
-                WHERE agent_id = %(agent)s AND occurred_at > %(since)s AND occurred_at <= %(now)s),
-              (SELECT count(*) FROM trust_dissent WHERE agent_id = %(agent)s)
+                WHERE agent_id = %(agent)s AND occurred_at > %(since)s AND occurred_at <= %(now)s)
+                AS regret,
+              (SELECT count(*) FROM trust_dissent WHERE agent_id = %(agent)s) AS dissents
             """,
             {"agent": agent.pk, "since": since, "now": moment},
         )
-        depth, impact, overrides, regret, dissents = cursor.fetchone()
+        row = row_named(cursor)
+    assert row is not None  # a SELECT without FROM answers one row
     return LongTermStats(
-        avg_dissent_depth_last_90d=None if depth is None else float(depth),
-        dissent_impact_ratio_last_90d=None if impact is None else float(impact),
-        total_overrides=int(overrides),
-        regret_rate_last_90d=None if regret is None else float(regret),
-        total_dissents=int(dissents),
+        avg_dissent_depth_last_90d=None if row["depth"] is None else float(row["depth"]),
+        dissent_impact_ratio_last_90d=None if row["impact"] is None else float(row["impact"]),
+        total_overrides=int(row["overrides"]),
+        regret_rate_last_90d=None if row["regret"] is None else float(row["regret"]),
+        total_dissents=int(row["dissents"]),
     )
 
 
-def recent_dissents(*, agent: Agent, limit: int = 100) -> list[Dissent]:
-    return list(Dissent.objects.filter(agent=agent).order_by("-occurred_at", "-id")[:limit])
+def agent_trust_breakdown(*, agent: Agent, now: datetime | None = None) -> TrustBreakdown:
+    """The terms of the agent's current score, computed as trust_recompute computes them."""
+    evidence = trust_evidence(tenant=agent.tenant, agent_ids=[agent.pk], now=now)
+    return trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
 
 
-def recent_overrides(*, agent: Agent, limit: int = 100) -> list[Override]:
-    return list(Override.objects.filter(agent=agent).order_by("-occurred_at", "-id")[:limit])
+def agent_trust_summary(*, agent: Agent) -> dict[str, Any]:
+    """The agent as the trust endpoints list it: score, probation and evidence counts (the counts
+    are the ``dissent_count``/``override_count`` annotations of trust.scores.api's query)."""
+    return {
+        "id": agent.pk,
+        "name": agent.name,
+        "trust_score": agent.trust_score,
+        "rounds_participated": agent.rounds_participated,
+        "probation_until": agent.probation_until,
+        "on_probation": agent_on_probation(agent=agent),
+        "dissents": getattr(agent, "dissent_count", 0),
+        "overrides": getattr(agent, "override_count", 0),
+    }
 
 
-# --- Dashboards (trust/views.py) ---------------------------------------------------------------
+def agent_trust_detail(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]:
+    """One agent's trust as ``GET /trust/{id}/`` answers it: the summary, the terms of the score
+    computed now (as trust_recompute computes them), history, statistics and recent evidence."""
+    moment = now or timezone.now()
+    return {
+        **agent_trust_summary(agent=agent),
+        "components": agent_trust_breakdown(agent=agent, now=moment).as_dict(),
+        "history": trust_history(agent=agent),
+        "long_term_stats": long_term_stats(agent=agent, now=moment),
+        "recent_dissents": recent_dissents(agent=agent),
+        "recent_overrides": recent_overrides(agent=agent),
+    }
+
+
+# --- Dashboards (trust.pages) ------------------------------------------------------------------
+
 
 OVERVIEW_SORTS: dict[str, tuple[Any, ...]] = {
     "name": ("name", "id"),
@@ -286,10 +267,12 @@ OVERVIEW_SORTS: dict[str, tuple[Any, ...]] = {
     "regret": (F("regret_rate").asc(nulls_last=True), "name"),
     "-regret": (F("regret_rate").desc(nulls_last=True), "name"),
 }
+
+
 SPARKLINE_POINTS = 20
+
+
 CHART_POINTS = 500  # the newest changes drawn on an agent's chart; the export has them all
-REVIEW_RECENT_DAYS = 7
-OVERRIDE_CONFIRMED = "override.confirmed"
 
 
 def _rate_over_window(model: type[Dissent] | type[Override], field: str, since: datetime) -> Any:
@@ -365,10 +348,10 @@ def trust_sparklines(
             """,
             {"agents": list(agent_ids), "points": points},
         )
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
     lines: dict[int, list[float]] = {int(agent_id): [] for agent_id in agent_ids}
-    for agent_id, score in rows:
-        lines[int(agent_id)].append(float(score))
+    for row in rows:
+        lines[int(row["agent_id"])].append(float(row["score"]))
     return lines
 
 
@@ -410,12 +393,6 @@ def trust_chart(*, agent: Agent, limit: int = CHART_POINTS) -> list[TrustPoint]:
     return points
 
 
-def agent_trust_breakdown(*, agent: Agent, now: datetime | None = None) -> TrustBreakdown:
-    """The terms of the agent's current score, computed as trust_recompute computes them."""
-    evidence = trust_evidence(tenant=agent.tenant, agent_ids=[agent.pk], now=now)
-    return trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
-
-
 @dataclass(frozen=True)
 class CitationDiversity:
     dissents: int
@@ -440,107 +417,4 @@ def citation_diversity(*, agent: Agent, window: int = DEPTH_WINDOW) -> CitationD
         max_bits=math.log2(len(counts)) if len(counts) > 1 else 0.0,
         counts=ranked,
         top=ranked[0][1] if ranked else 0,
-    )
-
-
-def agent_dissents(*, agent: Agent) -> QuerySet[Dissent]:
-    return Dissent.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by(
-        "-occurred_at", "-id"
-    )
-
-
-OVERRIDE_HEAD_CHARS = 161  # the pages show 160 characters of an override's texts
-
-
-def _with_heads(overrides: QuerySet[Override]) -> QuerySet[Override]:
-    """The start of each override's texts (``agent_output_head``, ``human_decision_head``)
-    instead of the whole texts, which may hold 20,000 characters each."""
-    return overrides.defer("agent_output", "human_decision", "context").annotate(
-        agent_output_head=Left("agent_output", OVERRIDE_HEAD_CHARS),
-        human_decision_head=Left("human_decision", OVERRIDE_HEAD_CHARS),
-    )
-
-
-def agent_overrides(*, agent: Agent) -> QuerySet[Override]:
-    return _with_heads(
-        Override.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by(
-            "-occurred_at", "-id"
-        )
-    )
-
-
-def overrides_for_review(*, tenant: Tenant) -> QuerySet[Override]:
-    """The tenant's overrides as the review queue's rows show them."""
-    return _with_heads(Override.objects.filter(tenant=tenant).select_related("agent", "tenant"))
-
-
-def agent_gaming_flags(*, agent: Agent, limit: int = 10) -> list[GamingFlag]:
-    return list(
-        GamingFlag.objects.filter(tenant_id=agent.tenant_id, agent=agent).order_by("-id")[:limit]
-    )
-
-
-def overrides_waiting(*, tenant: Tenant, now: datetime | None = None) -> QuerySet[Override]:
-    """Open overrides whose regret check is still ahead, the nearest deadline first."""
-    moment = now or timezone.now()
-    return (
-        overrides_for_review(tenant=tenant)
-        .filter(reverted_at__isnull=True, auto_check_deadline__gt=moment)
-        .order_by("auto_check_deadline", "id")
-    )
-
-
-def overrides_recent(
-    *, tenant: Tenant, now: datetime | None = None, limit: int = 20
-) -> list[Override]:
-    """Overrides of the last REVIEW_RECENT_DAYS that are settled (reverted, or past their
-    deadline), newest first."""
-    moment = now or timezone.now()
-    return list(
-        overrides_for_review(tenant=tenant)
-        .filter(occurred_at__gt=moment - timedelta(days=REVIEW_RECENT_DAYS))
-        .filter(Q(reverted_at__isnull=False) | Q(auto_check_deadline__lte=moment))
-        .order_by("-occurred_at", "-id")[:limit]
-    )
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    by: str
-    at: datetime
-
-
-def override_confirmations(
-    *, tenant: Tenant, override_ids: Sequence[int]
-) -> dict[int, Confirmation]:
-    """Who confirmed which of these overrides, read from their ``override.confirmed`` events
-    (the latest confirmation of each wins)."""
-    if not override_ids:
-        return {}
-    events = (
-        Event.objects.filter(
-            tenant=tenant, kind=OVERRIDE_CONFIRMED, payload__override_id__in=list(override_ids)
-        )
-        .order_by("seq")
-        .values_list("payload", "actor", "created_at")
-    )
-    return {
-        int(payload["override_id"]): Confirmation(by=actor, at=created_at)
-        for payload, actor, created_at in events
-    }
-
-
-def gaming_flags_open(*, tenant: Tenant) -> list[GamingFlag]:
-    return list(
-        GamingFlag.objects.filter(tenant=tenant, status=GamingFlag.Status.OPEN)
-        .select_related("agent")
-        .order_by("created_at", "id")
-    )
-
-
-def rubric_proposals_pending(*, tenant: Tenant) -> list[RubricProposal]:
-    return list(
-        RubricProposal.objects.filter(tenant=tenant, status=RubricProposal.Status.PENDING)
-        .select_related("override__agent")
-        .order_by("created_at", "id")
     )

@@ -20,18 +20,26 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
+from config.sql import row_named, rows_named
 from ledger.models import Agent, Event, Tenant
 from ledger.services import tenant_write_lock
-from trust.models import (
-    ArtifactVersion,
-    Dissent,
-    Override,
-    Round,
-    RoundParticipant,
-    TrustScoreChange,
+from trust.rounds.models import ArtifactVersion, Dissent, Override, Round, RoundParticipant
+from trust.scores.models import TrustScoreChange
+from trust.scores.scoring import text_hash
+
+TRUST_EVENT_KINDS = frozenset(
+    {
+        "round.participants_added",
+        "round.finalized",
+        "round.output_revised",
+        "dissent.logged",
+        "dissent.impact_set",
+        "override.logged",
+        "override.reverted",
+        "trust.score_changed",
+        "trust.rounds_imported",
+    }
 )
-from trust.scoring import text_hash
-from trust.services import TRUST_EVENT_KINDS
 
 # What a snapshot compares: every column a replay restores, per table, in a stable order.
 _SNAPSHOT_QUERIES = {
@@ -206,12 +214,13 @@ class TrustProjection:
         with connection.cursor() as cursor:
             for table, (query, order) in _SNAPSHOT_QUERIES.items():
                 digest_sql = (
-                    "SELECT count(*), md5(coalesce(string_agg(md5(t::text), ''"  # noqa: S608 (constants)
-                    f" ORDER BY {order}), '')) FROM ({query}) t"
+                    "SELECT count(*) AS n, md5(coalesce(string_agg(md5(t::text), ''"  # noqa: S608 (constants)
+                    f" ORDER BY {order}), '')) AS digest FROM ({query}) t"
                 )
                 cursor.execute(digest_sql, [tenant.pk])
-                count, digest = cursor.fetchone()
-                picture[table] = (int(count), str(digest))
+                row = row_named(cursor)
+                assert row is not None  # an aggregate without GROUP BY answers one row
+                picture[table] = (int(row["n"]), str(row["digest"]))
         return picture
 
     def reset(self, *, tenant: Tenant) -> None:
@@ -231,11 +240,13 @@ class TrustProjection:
                 )
                 UPDATE trust_rubricproposal AS p SET override_id = NULL
                 FROM linked WHERE p.id = linked.id
-                RETURNING p.id, linked.override_id
+                RETURNING p.id AS proposal_id, linked.override_id AS override_id
                 """,
                 [tenant.pk],
             )
-            self._proposal_links = [(int(p), int(o)) for p, o in cursor.fetchall()]
+            self._proposal_links = [
+                (int(row["proposal_id"]), int(row["override_id"])) for row in rows_named(cursor)
+            ]
             for table in _REPLAYED_TABLES:
                 delete_sql = f"DELETE FROM {table} WHERE tenant_id = %s"  # noqa: S608 (constant)
                 cursor.execute(delete_sql, [tenant.pk])

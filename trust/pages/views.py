@@ -2,8 +2,8 @@
 
 One URL per page; an HTMX request renders only the partial it targets (the overview's table, a
 page of an agent's dissents or overrides, the waiting overrides), and the review queue's actions
-answer with the row they changed. Every write goes through trust.services / trust.governance, so
-it is one transaction with its ledger event, in the reviewer's name.
+answer with the row they changed. Every write goes through trust.rounds.services /
+trust.governance.services, so it is one transaction with its ledger event, in the reviewer's name.
 """
 
 from __future__ import annotations
@@ -26,9 +26,15 @@ from config.views import HtmxHttpRequest
 from config.web import page_or_partial, partial_wanted, role_required, tenant_membership
 from ledger.models import Agent, Role
 from ledger.services import actor_for_user
-from trust import governance, interchange, selectors, services
-from trust.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
-from trust.models import GamingFlag, Override, RubricProposal
+from trust.governance import selectors as governance_selectors
+from trust.governance import services as governance
+from trust.governance.models import GamingFlag, RubricProposal
+from trust.interchange import selectors as interchange
+from trust.pages.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
+from trust.rounds import overrides
+from trust.rounds import selectors as round_selectors
+from trust.rounds.models import Override
+from trust.scores import selectors as score_selectors
 
 AGENTS_PER_PAGE = 25
 EVIDENCE_PER_PAGE = 20
@@ -108,15 +114,15 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     form = OverviewFilterForm(request.GET)
     filters = form.filters()
     now = timezone.now()
-    agents = selectors.trust_overview_agents(tenant=tenant, now=now, **filters)  # type: ignore[arg-type]
+    agents = score_selectors.trust_overview_agents(tenant=tenant, now=now, **filters)  # type: ignore[arg-type]
     page = Paginator(agents, AGENTS_PER_PAGE).get_page(request.GET.get("page"))
-    lines = selectors.trust_sparklines(agent_ids=[agent.pk for agent in page])
+    lines = score_selectors.trust_sparklines(agent_ids=[agent.pk for agent in page])
     rows = [
         {
             "agent": agent,
             "sparkline": _sparkline(lines.get(agent.pk, [])),
             "trend": lines[agent.pk][-1] - lines[agent.pk][0] if lines.get(agent.pk) else 0.0,
-            "on_probation": selectors.agent_on_probation(agent=agent, now=now),
+            "on_probation": score_selectors.agent_on_probation(agent=agent, now=now),
         }
         for agent in page
     ]
@@ -150,10 +156,10 @@ def _agent_of(request: HtmxHttpRequest, pk: int) -> Agent:
 @role_required(Role.REVIEWER)
 def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     agent = _agent_of(request, pk)
-    dissents = Paginator(selectors.agent_dissents(agent=agent), EVIDENCE_PER_PAGE).get_page(
+    dissents = Paginator(round_selectors.agent_dissents(agent=agent), EVIDENCE_PER_PAGE).get_page(
         request.GET.get("dissents")
     )
-    overrides = Paginator(selectors.agent_overrides(agent=agent), EVIDENCE_PER_PAGE).get_page(
+    overrides = Paginator(round_selectors.agent_overrides(agent=agent), EVIDENCE_PER_PAGE).get_page(
         request.GET.get("overrides")
     )
     context: dict[str, Any] = {
@@ -170,9 +176,9 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if partial_wanted(request, "overrides"):
         return render(request, "trust/partials/agent_overrides.html", context)
     now = context["now"]
-    chart = selectors.trust_chart(agent=agent)
+    chart = score_selectors.trust_chart(agent=agent)
     context.update(
-        breakdown=selectors.agent_trust_breakdown(agent=agent, now=now),
+        breakdown=score_selectors.agent_trust_breakdown(agent=agent, now=now),
         chart=chart,
         chart_data={
             "labels": [point.at.strftime("%Y-%m-%d %H:%M") for point in chart],
@@ -181,10 +187,10 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "changes": [None if p.change is None else round(p.change, 4) for p in chart],
         },
         changes=list(reversed(chart[-15:])),
-        diversity=selectors.citation_diversity(agent=agent),
-        stats=selectors.long_term_stats(agent=agent, now=now),
-        flags=selectors.agent_gaming_flags(agent=agent),
-        on_probation=selectors.agent_on_probation(agent=agent, now=now),
+        diversity=score_selectors.citation_diversity(agent=agent),
+        stats=score_selectors.long_term_stats(agent=agent, now=now),
+        flags=governance_selectors.agent_gaming_flags(agent=agent),
+        on_probation=score_selectors.agent_on_probation(agent=agent, now=now),
         probation_rounds=settings.PROBATION_MIN_ROUNDS,
     )
     return render(request, "trust/agent.html", context)
@@ -207,7 +213,7 @@ def agent_export(request: HtmxHttpRequest, pk: int) -> JsonResponse:
 
 def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[list[dict[str, Any]]]:
     """Each group of overrides as rows with their confirmations (one query for all groups)."""
-    confirmed = selectors.override_confirmations(
+    confirmed = round_selectors.override_confirmations(
         tenant=tenant_membership(request).tenant,
         override_ids=[o.pk for group in groups for o in group],
     )
@@ -221,7 +227,7 @@ def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[li
 def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     tenant = tenant_membership(request).tenant
     now = timezone.now()
-    waiting = Paginator(selectors.overrides_waiting(tenant=tenant, now=now), WAITING_PER_PAGE)
+    waiting = Paginator(round_selectors.overrides_waiting(tenant=tenant, now=now), WAITING_PER_PAGE)
     waiting_page = waiting.get_page(request.GET.get("waiting"))
     context: dict[str, Any] = {
         "waiting": waiting_page,
@@ -234,12 +240,12 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
         (context["waiting_rows"],) = _override_rows(request, list(waiting_page))
         return render(request, "trust/partials/waiting_overrides.html", context)
     context["waiting_rows"], context["recent_rows"] = _override_rows(
-        request, list(waiting_page), selectors.overrides_recent(tenant=tenant, now=now)
+        request, list(waiting_page), round_selectors.overrides_recent(tenant=tenant, now=now)
     )
     context.update(
-        flags=selectors.gaming_flags_open(tenant=tenant),
-        proposals=selectors.rubric_proposals_pending(tenant=tenant),
-        recent_days=selectors.REVIEW_RECENT_DAYS,
+        flags=governance_selectors.gaming_flags_open(tenant=tenant),
+        proposals=governance_selectors.rubric_proposals_pending(tenant=tenant),
+        recent_days=round_selectors.REVIEW_RECENT_DAYS,
     )
     return render(request, "trust/review_queue.html", context)
 
@@ -258,7 +264,7 @@ def _answer(
 
 def _override_of(request: HtmxHttpRequest, pk: int) -> Override:
     override: Override = get_object_or_404(
-        selectors.overrides_for_review(tenant=tenant_membership(request).tenant), pk=pk
+        round_selectors.overrides_for_review(tenant=tenant_membership(request).tenant), pk=pk
     )
     return override
 
@@ -288,11 +294,11 @@ def _decision(form: forms.Form, invalid: str, act: Callable[[dict[str, Any]], ob
 
 @require_POST
 @role_required(Role.REVIEWER)
-def override_regret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+def override_revert(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     override = _override_of(request, pk)
     actor = _actor(request)
     error = _attempt(
-        lambda: services.override_revert(override=override, reverted_by=actor, actor=actor)
+        lambda: overrides.override_revert(override=override, reverted_by=actor, actor=actor)
     )
     return _override_answer(request, override, error)
 
@@ -301,7 +307,7 @@ def override_regret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @role_required(Role.REVIEWER)
 def override_confirm(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     override = _override_of(request, pk)
-    error = _attempt(lambda: services.override_confirm(override=override, actor=_actor(request)))
+    error = _attempt(lambda: overrides.override_confirm(override=override, actor=_actor(request)))
     return _override_answer(request, override, error)
 
 

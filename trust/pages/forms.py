@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django import forms
 
-from trust.models import GamingFlag
-from trust.selectors import OVERVIEW_SORTS
+from trust.governance.models import GamingFlag
+from trust.scores.selectors import OVERVIEW_SORTS
 
 YES_NO_ANY = [("", "Any"), ("yes", "Yes"), ("no", "No")]
 NOTE_MAX_CHARS = 2000

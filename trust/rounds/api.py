@@ -1,40 +1,32 @@
-"""REST endpoints of the trust core: rounds, dissents, overrides, scores and interchange.
+"""REST endpoints of rounds, dissents and overrides.
 
 Judgements about an agent (impact, overrides, finalising, reverts) are tenant-wide actions, so no
 agent grades itself (``ledger.permissions``: 403 ``agent_scoped_key``); an agent-scoped key logs
-its own dissents and reads its own evidence.
-"""
+its own dissents and reads its own evidence."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
-from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
+from django.db.models import QuerySet
 from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
     extend_schema_view,
-    inline_serializer,
 )
-from rest_framework import mixins, serializers, status
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.routers import SimpleRouter
 
 from config.api import CursorPagination
 from ledger.api import IDEMPOTENCY_PARAMETER
-from ledger.models import Agent, Role
+from ledger.models import Role
 from ledger.scoping import TenantScopedViewSet
 from memory.api import agent_for_caller
-from trust import interchange, selectors, services
-from trust.models import Dissent, Override, Round
-from trust.scoring import trust_score
-from trust.serializers import (
+from trust.rounds import overrides, services
+from trust.rounds.models import Dissent, Override, Round
+from trust.rounds.serializers import (
     ArtifactVersionSerializer,
     DissentImpactSerializer,
     DissentLogSerializer,
@@ -46,9 +38,6 @@ from trust.serializers import (
     RoundPostSerializer,
     RoundSerializer,
     RoundVersionSerializer,
-    TrustAgentSerializer,
-    TrustDetailSerializer,
-    TrustRecomputeSerializer,
 )
 
 
@@ -222,7 +211,7 @@ class OverrideViewSet(OwnEvidenceViewSet):
         data = dict(serializer.validated_data)
         agent = agent_for_caller(self.principal, data.pop("agent"))
         data.setdefault("decided_by", self.principal.actor)
-        override = services.override_log(agent=agent, actor=self.principal.actor, **data)
+        override = overrides.override_log(agent=agent, actor=self.principal.actor, **data)
         return Response(self.get_serializer(override).data, status=status.HTTP_201_CREATED)
 
     @action(detail=True, methods=["post"])
@@ -230,128 +219,9 @@ class OverrideViewSet(OwnEvidenceViewSet):
         override = self.get_object()
         serializer = OverrideRevertSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        override = services.override_revert(
+        override = overrides.override_revert(
             override=override,
             reverted_by=serializer.validated_data.get("reverted_by", self.principal.actor),
             actor=self.principal.actor,
         )
         return Response(self.get_serializer(override).data)
-
-
-def _count_of(model: type[Dissent] | type[Override]) -> Coalesce:
-    rows = (
-        model.objects.filter(agent=OuterRef("pk"))
-        .order_by()
-        .values("agent")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
-
-
-@extend_schema_view(
-    list=extend_schema(summary="Agents with their trust scores, probation and evidence counts"),
-    retrieve=extend_schema(
-        summary="An agent's trust: score, its terms, history, statistics, recent evidence",
-        responses=TrustDetailSerializer,
-    ),
-    export=extend_schema(
-        summary="Export the agent as the design note's per-agent document",
-        responses=OpenApiTypes.OBJECT,
-    ),
-    import_document=extend_schema(
-        summary="Import one agent's document (admin)",
-        request=OpenApiTypes.OBJECT,
-        responses={201: TrustAgentSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
-    ),
-    recompute=extend_schema(
-        summary="Recompute trust scores now (admin)",
-        request=TrustRecomputeSerializer,
-        responses=inline_serializer("TrustRecomputed", {"changed": serializers.IntegerField()}),
-        parameters=[IDEMPOTENCY_PARAMETER],
-    ),
-)
-class TrustViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
-    queryset = Agent.objects.annotate(
-        dissent_count=_count_of(Dissent), override_count=_count_of(Override)
-    ).order_by("id")
-    serializer_class = TrustAgentSerializer
-    lookup_value_regex = r"\d+"
-    role_by_action = {"import_document": Role.ADMIN, "recompute": Role.ADMIN}
-    agent_bound_actions = frozenset({"list", "retrieve", "export"})
-
-    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.principal.agent is not None:
-            return queryset.filter(pk=self.principal.agent.pk)
-        return queryset
-
-    def list(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
-        assert page is not None
-        return self.get_paginated_response([self._summary(agent) for agent in page])
-
-    def retrieve(self, request: Request, pk: str | None = None) -> Response:
-        agent = self.get_object()
-        now = timezone.now()
-        evidence = selectors.trust_evidence(tenant=self.tenant, agent_ids=[agent.pk], now=now)
-        breakdown = trust_score(evidence[agent.pk], prior_strength=settings.TRUST_PRIOR_STRENGTH)
-        body = {
-            **self._summary(agent),
-            "components": breakdown.as_dict(),
-            "history": selectors.trust_history(agent=agent),
-            "long_term_stats": selectors.long_term_stats(agent=agent, now=now),
-            "recent_dissents": selectors.recent_dissents(agent=agent),
-            "recent_overrides": selectors.recent_overrides(agent=agent),
-        }
-        return Response(TrustDetailSerializer(body).data)
-
-    @action(detail=True, methods=["get"])
-    def export(self, request: Request, pk: str | None = None) -> Response:
-        return Response(interchange.agent_export(agent=self.get_object()))
-
-    @action(detail=False, methods=["post"], url_path="import")
-    def import_document(self, request: Request) -> Response:
-        agent = interchange.agent_import(
-            tenant=self.tenant, document=request.data, actor=self.principal.actor
-        )
-        # Read through the tenant, not get_queryset(): the imported agent is not the caller's
-        # to look up by the caller's scope (a scoped re-read here once answered 500 after the
-        # import had committed).
-        imported = self.queryset.filter(tenant=self.tenant).get(pk=agent.pk)
-        return Response(self._summary(imported), status=status.HTTP_201_CREATED)
-
-    @action(detail=False, methods=["post"])
-    def recompute(self, request: Request) -> Response:
-        serializer = TrustRecomputeSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        names = serializer.validated_data.get("agents")
-        agent_ids = None
-        if names is not None:
-            found = selectors.agents_named(tenant=self.tenant, names=names)
-            agent_ids = [agent.pk for agent in found.values()]
-        changed = services.trust_recompute(
-            tenant=self.tenant, agent_ids=agent_ids, reason="recomputed"
-        )
-        return Response({"changed": changed})
-
-    def _summary(self, agent: Agent) -> dict[str, Any]:
-        return {
-            "id": agent.pk,
-            "name": agent.name,
-            "trust_score": agent.trust_score,
-            "rounds_participated": agent.rounds_participated,
-            "probation_until": agent.probation_until,
-            "on_probation": selectors.agent_on_probation(agent=agent),
-            "dissents": getattr(agent, "dissent_count", 0),
-            "overrides": getattr(agent, "override_count", 0),
-        }
-
-
-api_router = SimpleRouter()
-api_router.register("rounds", RoundViewSet, basename="round")
-api_router.register("dissents", DissentViewSet, basename="dissent")
-api_router.register("overrides", OverrideViewSet, basename="override")
-api_router.register("trust", TrustViewSet, basename="trust")
-
-api_urls: list[Any] = [*api_router.urls]

@@ -1,25 +1,24 @@
 """One agent's trust memory as the design note's per-agent document (``memory/<Agent>.json``).
 
-Export reads the tables; import writes the same rows through the same events the services
-write (so a rebuild reproduces them), keeping what the document recorded: dissents keep their
-depth, novelty and citations, overrides their regret and who reverted them when and why, the
-score its history. The score itself is evidence's to decide: an import computes it from the
-imported dissents and overrides with the scoring every other write uses, and the document's
-``trust_score`` is only recorded as what the document claimed. Export, import elsewhere,
-export again gives the same document (tests/trust/test_interchange.py compares every field of
-the rows, so a field the document forgets fails there).
+Export (trust.interchange.selectors) reads the tables; import, here, writes the same rows
+through the same events the services write (so a rebuild reproduces them), keeping what the
+document recorded: dissents keep their depth, novelty and citations, overrides their regret and
+who reverted them when and why, the score its history. The score itself is evidence's to decide:
+an import computes it from the imported dissents and overrides with the scoring every other write
+uses, and the document's ``trust_score`` is only recorded as what the document claimed. Export,
+import elsewhere, export again gives the same document (tests/trust/test_interchange.py compares
+every field of the rows, so a field the document forgets fails there).
 
 Beyond the design note's layout the document carries ``impact_set_at``, ``novelty`` and
 ``novelty_known`` per dissent, ``reverted_at`` and ``revert_reason`` per override and
-``components`` per history entry; a document without them still imports.
-"""
+``components`` per history entry; a document without them still imports."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -35,86 +34,16 @@ from ledger.services import (
     agent_update,
     tenant_write_lock,
 )
-from trust import selectors
-from trust.models import Dissent, DissentEmbedding, Override, TrustScoreChange
-from trust.scoring import MAX_DEPTH, MAX_NOVELTY, PRIOR, Depth, dissent_depth, text_hash
-from trust.services import (
-    EMBEDDING_BATCH,
-    TEXT_MAX_CHARS,
-    dissent_logged_payload,
-    embed_or_none,
-    override_logged_payload,
-    score_changed_payload,
-    trust_recompute,
-)
+from trust.rounds.models import Dissent, DissentEmbedding, Override
+from trust.rounds.overrides import override_logged_payload
+from trust.rounds.policies import TEXT_MAX_CHARS
+from trust.rounds.services import EMBEDDING_BATCH, dissent_logged_payload, embed_or_none
+from trust.scores.models import TrustScoreChange
+from trust.scores.scoring import MAX_DEPTH, MAX_NOVELTY, PRIOR, Depth, dissent_depth, text_hash
+from trust.scores.services import score_changed_payload, trust_recompute
 
 # How far a recorded depth may be from the sum of its recorded parts: the float sum, twice.
 _DEPTH_TOLERANCE = 1e-9
-
-
-def _stamp(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]:
-    moment = now or timezone.now()
-    dissents = Dissent.objects.filter(agent=agent).order_by("occurred_at", "id")
-    overrides = Override.objects.filter(agent=agent).order_by("occurred_at", "id")
-    return {
-        "agent_name": agent.name,
-        "model": agent.model,
-        "primary_role": agent.primary_role,
-        "dissent_history": [
-            {
-                "round_id": d.round_id,
-                "timestamp": _stamp(d.occurred_at),
-                "context": d.context,
-                "dissent_text": d.text,
-                "rubric_citations": list(d.rubric_citations),
-                "impact": d.impact,
-                "impact_set_at": _stamp(d.impact_set_at),
-                "depth_score": d.depth_score,
-                "novelty": d.novelty,
-                "novelty_known": d.novelty_known,
-                "feedback_incorporated": d.feedback_incorporated,
-            }
-            for d in dissents
-        ],
-        "override_history": [
-            {
-                "round_id": o.round_id,
-                "timestamp": _stamp(o.occurred_at),
-                "context": o.context,
-                "agent_output": o.agent_output,
-                "human_decision": o.human_decision,
-                "decided_by": o.decided_by,
-                "regret": o.regret,
-                "auto_check_deadline": _stamp(o.auto_check_deadline),
-                "reverted_by": o.reverted_by or None,
-                "reverted_at": _stamp(o.reverted_at),
-                "revert_reason": o.revert_reason or None,
-            }
-            for o in overrides
-        ],
-        "trust_score": agent.trust_score,
-        "trust_score_history": [
-            {
-                "timestamp": _stamp(h["timestamp"]),
-                "score": h["score"],
-                "reason": h["reason"],
-                "components": h["components"],
-            }
-            for h in selectors.trust_history(agent=agent)
-        ],
-        "long_term_stats": asdict(selectors.long_term_stats(agent=agent, now=moment)),
-        "rounds_participated": agent.rounds_participated,
-        "probation_until": _stamp(agent.probation_until),
-    }
-
-
-# --- Reading a document ------------------------------------------------------------------------
 
 
 def _invalid(path: str, problem: str) -> ApiError:
