@@ -462,7 +462,7 @@ def bench_dissent_log(
     from django.utils import timezone
 
     from ledger.services import event_append
-    from memory.embeddings import embed_texts, embedder_name
+    from memory.embeddings.backends import embed_texts, embedder_name
     from trust import governance, selectors, services
     from trust.models import Dissent
 

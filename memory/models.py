@@ -13,7 +13,7 @@ from django.utils import timezone
 from pgvector.django import BitField, HnswIndex, VectorField
 
 from ledger.models import Agent, Event, Tenant
-from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 
 
 class EventEmbedding(models.Model):
@@ -83,7 +83,7 @@ class Memory(models.Model):
     # The embedding's signs, one bit per dimension (48 bytes), kept by PostgreSQL. A small
     # agent's search reads these from the covering index memory_agent_sketch, ranks them by
     # Hamming distance and computes exact distances for the nearest few hundred only, instead
-    # of reading every row of the agent (memory.selectors.SemanticPlan.SKETCH).
+    # of reading every row of the agent (memory.episodic.selectors.SemanticPlan.SKETCH).
     embedding_bits = models.GeneratedField(
         expression=Cast(
             models.Func(models.F("embedding"), function="binary_quantize"),
@@ -104,7 +104,7 @@ class Memory(models.Model):
     retrieval_count = models.PositiveIntegerField(default=0)
     archived_at = models.DateTimeField(null=True, blank=True)
     # The keyword document: this memory with up to two neighbours on each side in its session
-    # (memory.search_index keeps it current). ``search_length`` counts its lexeme positions,
+    # (memory.search.keyword_index keeps it current). ``search_length`` counts its lexeme positions,
     # the document length of Okapi BM25.
     search_vector = SearchVectorField(null=True, blank=True)
     search_length = models.PositiveIntegerField(default=0)
@@ -220,10 +220,10 @@ class KnowledgeKind(models.TextChoices):
 class KnowledgeDocument(models.Model):
     """A document of the tenant's shared knowledge base: an article, or a skill.
 
-    A projection of ``kb.*`` events (``memory.knowledge``). Title and body travel in those events
-    sealed with the document's own key (``KnowledgeKey``), like memories, so deleting a document
-    really deletes what it said. Published articles are split into ``KnowledgeChunk`` rows for
-    search; skills are loaded whole and have no chunks.
+    A projection of ``kb.*`` events (``memory.knowledge.services``). Title and body travel in those
+    events sealed with the document's own key (``KnowledgeKey``), like memories, so deleting a
+    document really deletes what it said. Published articles are split into ``KnowledgeChunk`` rows
+    for search; skills are loaded whole and have no chunks.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")

@@ -18,19 +18,19 @@ from ledger.jobs import (
     job_task_run,
 )
 from ledger.models import Event, Tenant
-from memory.embeddings import EmbeddingUnavailable
-from memory.lifecycle import (
+from memory.embeddings.backends import EmbeddingUnavailable
+from memory.episodic.lifecycle import (
     memories_decay_sweep,
     memories_enforce_quota_sweep,
     memories_expire_sweep,
 )
-from memory.reflection import reflections_create_due
-from memory.services import (
+from memory.episodic.services import (
     event_embeddings_build,
     events_embeddings_backfill,
     memories_mark_retrieved,
     memory_embeddings_backfill,
 )
+from memory.recall.services import reflections_create_due
 
 DECAY_JOB = "memory.decay"
 TTL_JOB = "memory.ttl"

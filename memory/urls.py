@@ -8,10 +8,10 @@ from typing import Any
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from memory import views
-from memory.api import MemoryViewSet, RecallViewSet, ReflectionViewSet
-from memory.content_urls import api_router as content_api
-from memory.kb_urls import api_router as kb_api
+from memory.content.urls import api_router as content_api
+from memory.episodic import views
+from memory.episodic.api import MemoryViewSet, RecallViewSet, ReflectionViewSet
+from memory.knowledge.urls import api_router as kb_api
 
 api_router = SimpleRouter()
 api_router.register("recall", RecallViewSet, basename="recall")

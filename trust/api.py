@@ -30,7 +30,7 @@ from config.api import CursorPagination
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
-from memory.api import agent_for_caller
+from memory.episodic.api import agent_for_caller
 from trust import interchange, selectors, services
 from trust.models import Dissent, Override, Round
 from trust.scoring import trust_score

@@ -20,8 +20,8 @@ from django.utils import timezone
 from config.api import ApiError, Conflict
 from ledger.models import Agent, Event, Tenant
 from ledger.services import SYSTEM_ACTOR, EventDraft, event_append, events_append, tenant_write_lock
-from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name
-from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.embeddings.backends import EmbeddingUnavailable, embed_texts, embedder_name
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from trust import governance, selectors
 from trust.models import (
     ArtifactVersion,

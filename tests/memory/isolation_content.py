@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.models import Agent, Role, Tenant
-from memory.content_store import (
+from memory.content.services import (
     ItemDraft,
     action_result_record,
     content_item_store,

@@ -8,9 +8,9 @@ from django.utils import timezone
 from config.api import ApiError
 from ledger.models import Event
 from ledger.projections import projection_rebuild, registered_projections
+from memory.episodic.sealing import SealBroken, unseal
+from memory.episodic.services import MemoryDraft, memories_store, memory_delete
 from memory.models import Memory, MemoryKey
-from memory.sealing import SealBroken, unseal
-from memory.services import MemoryDraft, memories_store, memory_delete
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +86,7 @@ def test_deleting_a_memory_shreds_its_content_in_the_ledger(tenant, agent, no_em
 
 
 def _any_key() -> str:
-    from memory.sealing import key_new
+    from memory.episodic.sealing import key_new
 
     return key_new()
 
@@ -157,8 +157,8 @@ def test_the_memories_table_rebuilds_from_the_ledger(tenant, agent, no_embedder)
 
 
 def test_memories_stored_during_an_outage_are_embedded_later(agent, settings):
-    from memory.embeddings import embedder_reset
-    from memory.services import memory_embeddings_backfill
+    from memory.embeddings.backends import embedder_reset
+    from memory.episodic.services import memory_embeddings_backfill
 
     settings.EMBEDDING_BACKEND = "openai"
     settings.EMBEDDING_URL = "http://127.0.0.1:9/v1"

@@ -6,10 +6,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from memory import selectors
+from memory.episodic import selectors
+from memory.episodic.selectors import memories_nearest, nearest_sql
+from memory.episodic.services import MemoryDraft, memories_store
 from memory.models import Memory
-from memory.selectors import memories_nearest, nearest_sql
-from memory.services import MemoryDraft, memories_store
 
 pytestmark = pytest.mark.django_db
 

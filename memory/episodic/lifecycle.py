@@ -22,7 +22,7 @@ from ledger.jobs import Batch
 from ledger.models import Tenant
 from ledger.services import event_append, tenant_write_lock_id
 from memory.models import MemoryKey
-from memory.search_index import search_documents_refresh_around
+from memory.search.keyword_index import search_documents_refresh_around
 
 DECAY_BASE = 0.95  # effective importance loses 5 % a week without retrieval
 ARCHIVE_BELOW = 0.1

@@ -21,18 +21,18 @@ from ledger.services import (
     events_append,
     tenant_write_lock,
 )
-from memory import policies
-from memory.embeddings import (
+from memory.embeddings.backends import (
     EmbeddingUnavailable,
     embed_texts,
     embedder_name,
     embedding_problem,
     unit_vector,
 )
-from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.episodic import policies
+from memory.episodic.sealing import key_new, seal
 from memory.models import EventEmbedding, Memory, MemoryKey
-from memory.sealing import key_new, seal
-from memory.search_index import SessionPosition, search_documents_refresh_around
+from memory.search.keyword_index import SessionPosition, search_documents_refresh_around
 
 logger = logging.getLogger(__name__)
 

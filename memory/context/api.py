@@ -11,8 +11,8 @@ from rest_framework.response import Response
 
 from config.api import ApiError
 from ledger.api import IDEMPOTENCY_PARAMETER
-from memory.api import AgentActionViewSet
-from memory.context import QUERY_MAX_CHARS, context_assemble
+from memory.context.services import QUERY_MAX_CHARS, context_assemble
+from memory.episodic.api import AgentActionViewSet
 
 MAX_BUDGET_TOKENS = 10_000_000
 SKILL_TITLE_MAX_CHARS = 300

@@ -22,7 +22,7 @@ from typing import Protocol
 from django.conf import settings
 
 from config.http import ExternalServiceError, post_json
-from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 
 
 class EmbeddingUnavailable(RuntimeError):
@@ -121,7 +121,7 @@ def _configured_embedder() -> Embedder:
             timeout=settings.EMBEDDING_TIMEOUT_SECONDS,
         )
     if settings.EMBEDDING_BACKEND == "local":
-        from memory.local_embedder import LocalEmbedder
+        from memory.embeddings.local_embedder import LocalEmbedder
 
         return LocalEmbedder()
     raise EmbeddingUnavailable(f"Unknown EMBEDDING_BACKEND {settings.EMBEDDING_BACKEND!r}")

@@ -24,8 +24,7 @@ from config.datetimes import client_datetime_parse
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
-from memory.api import AgentActionViewSet, agent_for_caller
-from memory.content_serializers import (
+from memory.content.serializers import (
     ActionResultAnswerSerializer,
     ActionResultSerializer,
     ContentClearSerializer,
@@ -37,7 +36,7 @@ from memory.content_serializers import (
     SnapshotRestoreSerializer,
     SnapshotSerializer,
 )
-from memory.content_store import (
+from memory.content.services import (
     RETRIEVE_URL,
     TRANSFORMS,
     ItemCriteria,
@@ -52,6 +51,7 @@ from memory.content_store import (
     content_snapshots_visible,
     content_transform,
 )
+from memory.episodic.api import AgentActionViewSet, agent_for_caller
 from memory.models import ContentItem, ContentSnapshot
 
 MAX_QUERY_LIMIT = 500

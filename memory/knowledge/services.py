@@ -1,16 +1,16 @@
 """The knowledge base (SPEC 6): shared documents, their search chunks, and the skills of agents.
 
 A document is an *article* or a *skill*. Published articles are split into chunks
-(``memory.chunking``), embedded and indexed for keywords, and found by memory search as its
-``knowledge_base`` source, by ``POST /api/v1/kb/search/`` and by working memory. A skill is role
+(``memory.knowledge.chunking``), embedded and indexed for keywords, and found by memory search as
+its ``knowledge_base`` source, by ``POST /api/v1/kb/search/`` and by working memory. A skill is role
 instructions for agents: still a KB document (written, published and logged the same way), but
 loaded whole into working memory and never chunked, so it never shows up as a search result.
 
 Every write appends a ``kb.*`` event in the same transaction, after the tenant's ledger lock. The
-title and body travel in those events sealed with the document's own key (``memory.sealing``);
-deleting a document destroys the key, so its text is gone from the ledger too. The documents and
-chunks are a projection of those events (``memory.knowledge_projection``); chunks and vectors are
-derived, never logged.
+title and body travel in those events sealed with the document's own key
+(``memory.episodic.sealing``); deleting a document destroys the key, so its text is gone from the
+ledger too. The documents and chunks are a projection of those events
+(``memory.knowledge.projection``); chunks and vectors are derived, never logged.
 
 Vectors are computed before a write's transaction (the lock is never held across a model call);
 when the embedder is down, chunks are stored without vectors and keyword search still finds them
@@ -36,13 +36,13 @@ from rest_framework import status
 from config.api import ApiError
 from ledger.models import Agent, Tenant
 from ledger.services import event_append, tenant_write_lock
-from memory.chunking import ChunkDraft, chunk_body
-from memory.embeddings import EmbeddingUnavailable, embed_query, embed_texts, embedder_name
-from memory.local_embedder import DIMENSIONS
+from memory.embeddings.backends import EmbeddingUnavailable, embed_query, embed_texts, embedder_name
+from memory.embeddings.local_embedder import DIMENSIONS
+from memory.episodic.policies import content_hash
+from memory.episodic.sealing import key_new, seal
+from memory.episodic.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
+from memory.knowledge.chunking import ChunkDraft, chunk_body
 from memory.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKey, KnowledgeKind
-from memory.policies import content_hash
-from memory.sealing import key_new, seal
-from memory.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
 
 logger = logging.getLogger(__name__)
 

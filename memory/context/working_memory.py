@@ -17,7 +17,7 @@ from rest_framework import status
 from config.api import ApiError
 from ledger.models import Agent
 from ledger.services import event_append
-from memory.tokens import token_count, truncate_to_tokens
+from memory.context.tokens import token_count, truncate_to_tokens
 
 TRUNCATION_KIND = "context.truncated"
 

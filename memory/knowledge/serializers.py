@@ -8,7 +8,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from config.api import ApiError
-from memory.knowledge import DocumentFields
+from memory.knowledge.services import DocumentFields
 from memory.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKind
 
 

@@ -32,12 +32,13 @@ from config.patterns import client_pattern_compile
 from ledger.models import Agent, Tenant
 from ledger.projections import service_kinds_register
 from ledger.services import EventDraft, events_append, tenant_write_lock
-from memory.compaction import (
+from memory.content.compaction import (
     Compaction,
     Content,
     compact_with_plugins,
     content_compact,
 )
+from memory.context.tokens import token_count
 from memory.models import (
     ContentAttachment,
     ContentFormat,
@@ -46,7 +47,6 @@ from memory.models import (
     ContentScope,
     ContentSnapshot,
 )
-from memory.tokens import token_count
 
 STORED = "content.stored"
 CLEARED = "content.cleared"

@@ -33,10 +33,10 @@ from django.utils import timezone
 
 from ledger.models import Agent, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql
-from memory import policies
-from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
-from memory.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
-from memory.selectors import (
+from memory.embeddings.backends import EmbeddingUnavailable, embed_query, embedder_name
+from memory.episodic import policies
+from memory.episodic.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
+from memory.episodic.selectors import (
     ACTIVE_ROWS,
     HNSW_EF_SEARCH,
     SemanticPlan,
@@ -277,7 +277,7 @@ def dense_candidates(agent_memories: int, filters: SearchFilters) -> int:
 
 def dense_leg_sql(agent_memories: int, filters: SearchFilters) -> str:
     """The semantic leg for an agent of this size under these filters (the plan chosen by
-    memory.selectors.semantic_plan)."""
+    memory.episodic.selectors.semantic_plan)."""
     plan = dense_leg_plan(agent_memories, filters)
     return nearest_rows_sql(filtered_where(filters), plan, limit="dense_k")
 
@@ -532,7 +532,7 @@ def _knowledge_candidates(
     *, agent: Agent, query: str, vector: Sequence[float] | None
 ) -> list[Candidate]:
     try:
-        from memory.knowledge import (  # type: ignore[import-not-found,unused-ignore]
+        from memory.knowledge.services import (  # type: ignore[import-not-found,unused-ignore]
             knowledge_candidates,
         )
     except ImportError:  # the knowledge base is not installed yet

@@ -20,21 +20,21 @@ from config.api import ApiError
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Role
 from ledger.scoping import TenantScopedViewSet
-from memory.knowledge import (
-    knowledge_document_create,
-    knowledge_document_delete,
-    knowledge_document_publish,
-    knowledge_document_unpublish,
-    knowledge_document_update,
-    knowledge_search,
-)
-from memory.knowledge_serializers import (
+from memory.knowledge.serializers import (
     KnowledgeChunkSerializer,
     KnowledgeDocumentCreateSerializer,
     KnowledgeDocumentSerializer,
     KnowledgeDocumentUpdateSerializer,
     KnowledgeSearchRequestSerializer,
     KnowledgeSearchResultSerializer,
+)
+from memory.knowledge.services import (
+    knowledge_document_create,
+    knowledge_document_delete,
+    knowledge_document_publish,
+    knowledge_document_unpublish,
+    knowledge_document_update,
+    knowledge_search,
 )
 from memory.models import KnowledgeChunk, KnowledgeDocument
 

@@ -11,7 +11,8 @@ from django.utils.dateparse import parse_datetime
 from ledger.models import Event, Tenant
 from ledger.projections import AGENT_DELETED
 from ledger.services import tenant_write_lock
-from memory.knowledge import (
+from memory.episodic.sealing import unseal
+from memory.knowledge.services import (
     KB_EVENT_KINDS,
     ChunkVectors,
     chunk_vectors,
@@ -19,7 +20,6 @@ from memory.knowledge import (
     knowledge_chunks_sync,
 )
 from memory.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKey
-from memory.sealing import unseal
 
 # What a rebuild compares. Chunks are compared by what they say, not by id: a chunk that had to
 # be re-made still counts as the same chunk.

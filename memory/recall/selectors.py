@@ -21,7 +21,7 @@ from django.db import connection
 
 from ledger.models import Agent, Event, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql, event_visible_to
-from memory.embeddings import EmbeddingUnavailable, embed_query, embedder_name
+from memory.embeddings.backends import EmbeddingUnavailable, embed_query, embedder_name
 
 logger = logging.getLogger(__name__)
 
@@ -142,8 +142,8 @@ _SEMANTIC_JOIN = """
 """
 # Cosine similarity clipped to [0, 1], so it shares a scale with the Jaccard fallback.
 # greatest() skips NULLs, so an event missing from the index must stay NULL explicitly, and it
-# takes NaN for the greatest (a vector without a direction: memory.selectors.cosine_similarity_sql)
-# so that becomes NULL too.
+# takes NaN for the greatest (a vector without a direction:
+# memory.episodic.selectors.cosine_similarity_sql) so that becomes NULL too.
 _SEMANTIC_COLUMN = """nullif(CASE WHEN ix.embedding IS NULL THEN NULL
     ELSE greatest(0, 1 - (ix.embedding <=> %(query_vector)s::vector)) END, 'NaN'::float8)"""
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from memory.context_api import ContextViewSet
-from memory.knowledge_api import KnowledgeDocumentViewSet, KnowledgeSearchViewSet
+from memory.context.api import ContextViewSet
+from memory.knowledge.api import KnowledgeDocumentViewSet, KnowledgeSearchViewSet
 
 api_router = SimpleRouter()
 api_router.register("kb/documents", KnowledgeDocumentViewSet, basename="kb-document")

@@ -6,8 +6,8 @@ from typing import Any
 
 from django import forms
 
-from memory.policies import MEMORY_TYPES
-from memory.search import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, SOURCES, WORKFLOW_STEPS
+from memory.episodic.policies import MEMORY_TYPES
+from memory.search.selectors import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, SOURCES, WORKFLOW_STEPS
 
 SOURCE_LABELS = {
     AGENT_MEMORY: "Agent memory",

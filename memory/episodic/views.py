@@ -14,8 +14,8 @@ from django.views.decorators.http import require_GET
 from config.views import HtmxHttpRequest
 from config.web import membership_required, partial_wanted, tenant_membership
 from ledger.models import Agent
-from memory.content_store import content_runs_savings
-from memory.forms import (
+from memory.content.services import content_runs_savings
+from memory.episodic.forms import (
     DEFAULT_PERIOD,
     INACTIVE,
     SAVINGS_PERIODS,
@@ -23,8 +23,8 @@ from memory.forms import (
     ExplorerForm,
     SavingsForm,
 )
-from memory.search import SearchFilters, SearchHit, SearchWeights, memories_search
-from memory.selectors import memories_inactive
+from memory.episodic.selectors import memories_inactive
+from memory.search.selectors import SearchFilters, SearchHit, SearchWeights, memories_search
 
 EXPLORER_TOP_K = 20
 # The score terms in the order of the ranking formula, with the names people read.

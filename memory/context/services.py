@@ -3,8 +3,8 @@
 Retrieval asks the two searches the service already has: memory search over the agent's own
 memories and the ledger it may see (the five best), and the knowledge base (the five best
 chunks). The skills are the published skills that apply to the agent, or the one the caller
-names. ``memory.working_memory`` then lays everything out in the SPEC's order within the token
-budget, cutting (and logging each cut) only as far as it must.
+names. ``memory.context.working_memory`` then lays everything out in the SPEC's order within the
+token budget, cutting (and logging each cut) only as far as it must.
 """
 
 from __future__ import annotations
@@ -15,14 +15,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.models import Agent
-from memory.knowledge import KnowledgeHit, knowledge_search, skill_find, skills_for_agent
-from memory.models import KnowledgeDocument
-from memory.search import AGENT_MEMORY, AUDIT_LOG, WORKFLOW_STEPS, SearchHit, memories_search
-from memory.working_memory import (
+from memory.context.working_memory import (
     KB_SLOTS,
     MEMORY_SLOTS,
     WorkingMemory,
     working_memory_assemble,
+)
+from memory.knowledge.services import KnowledgeHit, knowledge_search, skill_find, skills_for_agent
+from memory.models import KnowledgeDocument
+from memory.search.selectors import (
+    AGENT_MEMORY,
+    AUDIT_LOG,
+    WORKFLOW_STEPS,
+    SearchHit,
+    memories_search,
 )
 
 # Everything memory search offers except the knowledge base, which has a section of its own.

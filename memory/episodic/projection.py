@@ -11,14 +11,14 @@ from django.utils.dateparse import parse_datetime
 from ledger.models import Event, Tenant
 from ledger.projections import AGENT_DELETED
 from ledger.services import tenant_write_lock
-from memory.models import EventEmbedding, Memory, MemoryKey
-from memory.sealing import unseal
-from memory.search_index import search_documents_refresh
-from memory.services import (
+from memory.episodic.sealing import unseal
+from memory.episodic.services import (
     MEMORY_EVENT_KINDS,
     event_embeddings_build,
     event_embeddings_drop,
 )
+from memory.models import EventEmbedding, Memory, MemoryKey
+from memory.search.keyword_index import search_documents_refresh
 
 
 class EventEmbeddingIndex:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from memory.content_api import (
+from memory.content.api import (
     ContentActionResultViewSet,
     ContentItemViewSet,
     ContentRunViewSet,

@@ -25,11 +25,7 @@ from ledger.auth import ApiPrincipal
 from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.serializers import EventSerializer
-from memory.models import Memory
-from memory.recall import recall_episodic, recall_salience
-from memory.reflection import reflection_create_if_due, reflection_state
-from memory.search import SOURCES, memories_search
-from memory.serializers import (
+from memory.episodic.serializers import (
     MemoryBatchSerializer,
     MemoryHistorySerializer,
     MemoryInputSerializer,
@@ -43,7 +39,16 @@ from memory.serializers import (
     SearchRequestSerializer,
     SearchResultSerializer,
 )
-from memory.services import MEMORY_EVENT_KINDS, memories_store, memory_delete, memory_update
+from memory.episodic.services import (
+    MEMORY_EVENT_KINDS,
+    memories_store,
+    memory_delete,
+    memory_update,
+)
+from memory.models import Memory
+from memory.recall.selectors import recall_episodic, recall_salience
+from memory.recall.services import reflection_create_if_due, reflection_state
+from memory.search.selectors import SOURCES, memories_search
 
 
 class NewestFirstCursorPagination(CursorPagination):

@@ -7,10 +7,10 @@ from django.conf import settings
 from rest_framework import serializers
 
 from config.api import ApiError
-from memory.embeddings import embedding_problem, unit_vector
+from memory.embeddings.backends import embedding_problem, unit_vector
+from memory.episodic.services import MemoryDraft
 from memory.models import Memory, MemoryRole
-from memory.search import SOURCES, SearchFilters, SearchWeights
-from memory.services import MemoryDraft
+from memory.search.selectors import SOURCES, SearchFilters, SearchWeights
 
 
 class AgentRunSerializer(serializers.Serializer[Any]):
