@@ -13,7 +13,8 @@ class MemoryConfig(AppConfig):
         from ledger.projections import agent_deletion_step_register, projection_register
         from memory.context.working_memory import register_kinds
         from memory.demo import memory_demo_seed
-        from memory.episodic.projection import EventEmbeddingIndex, MemoryProjection
+        from memory.embeddings.projection import EventEmbeddingIndex
+        from memory.episodic.projection import MemoryProjection
         from memory.episodic.services import agent_memory_keys_shred
         from memory.knowledge.projection import KnowledgeProjection
         from memory.tasks import JOB_SPECS

@@ -83,7 +83,7 @@ class Memory(models.Model):
     # The embedding's signs, one bit per dimension (48 bytes), kept by PostgreSQL. A small
     # agent's search reads these from the covering index memory_agent_sketch, ranks them by
     # Hamming distance and computes exact distances for the nearest few hundred only, instead
-    # of reading every row of the agent (memory.episodic.selectors.SemanticPlan.SKETCH).
+    # of reading every row of the agent (memory.search.plans.SemanticPlan.SKETCH).
     embedding_bits = models.GeneratedField(
         expression=Cast(
             models.Func(models.F("embedding"), function="binary_quantize"),

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from config.api import ApiError
 from ledger.models import Agent, Event, Tenant
-from memory.episodic.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
+from memory.search.plans import cosine_similarity_sql, hnsw_scan_configure, vector_literal
 from trust.models import (
     Dissent,
     GamingFlag,

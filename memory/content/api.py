@@ -24,6 +24,15 @@ from config.datetimes import client_datetime_parse
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
+from memory.content.selectors import (
+    TRANSFORMS,
+    ItemCriteria,
+    content_items_query,
+    content_items_visible,
+    content_run_savings,
+    content_snapshots_visible,
+    content_transform,
+)
 from memory.content.serializers import (
     ActionResultAnswerSerializer,
     ActionResultSerializer,
@@ -38,18 +47,11 @@ from memory.content.serializers import (
 )
 from memory.content.services import (
     RETRIEVE_URL,
-    TRANSFORMS,
-    ItemCriteria,
     action_result_record,
     content_item_store,
-    content_items_query,
-    content_items_visible,
-    content_run_savings,
     content_scope_clear,
     content_snapshot_create,
     content_snapshot_restore,
-    content_snapshots_visible,
-    content_transform,
 )
 from memory.episodic.api import AgentActionViewSet, agent_for_caller
 from memory.models import ContentItem, ContentSnapshot

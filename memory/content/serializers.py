@@ -7,7 +7,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from memory.content.services import TRANSFORMS, ItemDraft, RunSavings
+from memory.content.selectors import TRANSFORMS, RunSavings
+from memory.content.services import ItemDraft
 from memory.models import ContentItem, ContentItemType, ContentScope, ContentSnapshot
 
 MAX_TAGS = 50
@@ -189,7 +190,7 @@ class SnapshotSerializer(serializers.ModelSerializer[ContentSnapshot]):
 
     @extend_schema_field(ContentItemSerializer(many=True))
     def get_items(self, snapshot: ContentSnapshot) -> list[dict[str, Any]]:
-        from memory.content.services import snapshot_items
+        from memory.content.selectors import snapshot_items
 
         items = snapshot_items(snapshot).defer("body").select_related("agent").order_by("id")
         return list(ContentItemSerializer(items, many=True).data)

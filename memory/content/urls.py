@@ -1,9 +1,13 @@
-"""Routes of the content store (included under /api/v1/ by config.urls)."""
+"""Routes of the content store: ``/api/v1/content/...`` and the token-savings page."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
+from memory.content import views
 from memory.content.api import (
     ContentActionResultViewSet,
     ContentItemViewSet,
@@ -18,3 +22,6 @@ api_router.register(
 )
 api_router.register("content/runs", ContentRunViewSet, basename="content-run")
 api_router.register("content/snapshots", ContentSnapshotViewSet, basename="content-snapshot")
+
+api_urlpatterns: list[Any] = [*api_router.urls]
+page_urlpatterns: list[Any] = [path("token-savings/", views.token_savings, name="token_savings")]

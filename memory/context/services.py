@@ -21,15 +21,10 @@ from memory.context.working_memory import (
     WorkingMemory,
     working_memory_assemble,
 )
-from memory.knowledge.services import KnowledgeHit, knowledge_search, skill_find, skills_for_agent
+from memory.knowledge.selectors import KnowledgeHit, knowledge_search, skill_find, skills_for_agent
 from memory.models import KnowledgeDocument
-from memory.search.selectors import (
-    AGENT_MEMORY,
-    AUDIT_LOG,
-    WORKFLOW_STEPS,
-    SearchHit,
-    memories_search,
-)
+from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, WORKFLOW_STEPS, SearchHit
+from memory.search.selectors import memories_search
 
 # Everything memory search offers except the knowledge base, which has a section of its own.
 MEMORY_SOURCES = (AGENT_MEMORY, AUDIT_LOG, WORKFLOW_STEPS)

@@ -1,4 +1,5 @@
-"""REST endpoints of the memory app."""
+"""REST endpoints of episodic memories (``/api/v1/memories/...``), and the base of the views that
+act for one agent named in the body."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.auth import ApiPrincipal
 from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
-from ledger.serializers import EventSerializer
 from memory.episodic.serializers import (
     MemoryBatchSerializer,
     MemoryHistorySerializer,
@@ -32,12 +32,6 @@ from memory.episodic.serializers import (
     MemorySerializer,
     MemoryStoreSerializer,
     MemoryUpdateSerializer,
-    RecallRequestSerializer,
-    RecallResultSerializer,
-    ReflectionRequestSerializer,
-    ReflectionResultSerializer,
-    SearchRequestSerializer,
-    SearchResultSerializer,
 )
 from memory.episodic.services import (
     MEMORY_EVENT_KINDS,
@@ -46,9 +40,7 @@ from memory.episodic.services import (
     memory_update,
 )
 from memory.models import Memory
-from memory.recall.selectors import recall_episodic, recall_salience
-from memory.recall.services import reflection_create_if_due, reflection_state
-from memory.search.selectors import SOURCES, memories_search
+from memory.search.api import MemorySearchActions
 
 
 class NewestFirstCursorPagination(CursorPagination):
@@ -106,58 +98,6 @@ def metadata_filter(raw: str) -> dict[str, Any]:
     return value
 
 
-class RecallViewSet(AgentActionViewSet):
-    @extend_schema(
-        summary="Recall what an agent remembers of a run (episodic or salience)",
-        request=RecallRequestSerializer,
-        # Answers 200: a read (or an assembly) sent as POST, nothing is created.
-        responses={200: RecallResultSerializer},
-    )
-    def create(self, request: Request) -> Response:
-        serializer = RecallRequestSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        agent = self.agent_named(data.get("agent"))
-        if data["mode"] == "episodic":
-            result = recall_episodic(
-                agent=agent, run_id=data["run_id"], max_recent=data.get("max_recent")
-            )
-        else:
-            result = recall_salience(
-                agent=agent,
-                run_id=data["run_id"],
-                query=data["query"],
-                current_turn=data.get("current_turn"),
-                top_k=data.get("top_k"),
-            )
-        return Response(RecallResultSerializer(result).data)
-
-
-class ReflectionViewSet(AgentActionViewSet):
-    @extend_schema(
-        summary="Append the agent's reflection for a run if one is due",
-        request=ReflectionRequestSerializer,
-        responses={200: ReflectionResultSerializer, 201: ReflectionResultSerializer},
-    )
-    def create(self, request: Request) -> Response:
-        serializer = ReflectionRequestSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        agent = self.agent_named(data.get("agent"))
-        event = reflection_create_if_due(agent=agent, run_id=data["run_id"], force=data["force"])
-        state = reflection_state(agent=agent, run_id=data["run_id"])
-        body = {
-            "created": event is not None,
-            "qualifying_events": state.qualifying_events,
-            "reflections_made": state.reflections_made,
-            "threshold": state.threshold,
-            "event": EventSerializer(event, context=self.get_serializer_context()).data
-            if event
-            else None,
-        }
-        return Response(body, status=status.HTTP_201_CREATED if event else status.HTTP_200_OK)
-
-
 @extend_schema_view(
     list=extend_schema(
         summary="List memories (newest first)",
@@ -199,16 +139,10 @@ class ReflectionViewSet(AgentActionViewSet):
     history=extend_schema(
         summary="The ledger events of a memory", responses=MemoryHistorySerializer(many=True)
     ),
-    search=extend_schema(
-        summary="Search the agent's memories, the ledger it may see and the knowledge base",
-        description="One call over four sources (agent memory, audit log, workflow steps, "
-        "knowledge base), ranked by 0.5·similarity + 0.2·recency + 0.2·importance + "
-        "0.1·source priority, de-duplicated by content hash; each result carries its terms.",
-        request=SearchRequestSerializer,
-        responses=SearchResultSerializer,
-    ),
 )
-class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+class MemoryViewSet(
+    MemorySearchActions, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
+):
     """Episodic memories. An agent-scoped key sees and changes only its own agent's memories."""
 
     queryset = Memory.objects.select_related("agent").order_by("-id")
@@ -240,6 +174,9 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
         if params.get("include_expired") != "true":
             queryset = queryset.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
         return queryset
+
+    def agent_named(self, name: str | None) -> Agent:
+        return agent_for_caller(self.principal, name)
 
     def create(self, request: Request) -> Response:
         serializer = MemoryStoreSerializer(data=request.data)
@@ -281,23 +218,6 @@ class MemoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         memory_delete(memory=self.get_object(), actor=self.principal.actor)
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-    @action(detail=False, methods=["post"])
-    def search(self, request: Request) -> Response:
-        serializer = SearchRequestSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        outcome = memories_search(
-            agent=agent_for_caller(self.principal, data.get("agent")),
-            query=data["query"],
-            top_k=data["top_k"],
-            sources=data.get("sources", SOURCES),
-            filters=data.get("filters"),
-            weights=data.get("weights"),
-            threshold=data.get("threshold"),
-            vector=data.get("embedding"),
-        )
-        return Response(SearchResultSerializer(outcome).data)
 
     # The whole history in one answer (no cursor): pagination_class=None says so in the schema.
     @action(detail=True, methods=["get"], pagination_class=None)

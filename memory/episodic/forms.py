@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from memory.episodic.policies import MEMORY_TYPES
-from memory.search.selectors import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, SOURCES, WORKFLOW_STEPS
+from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, SOURCES, WORKFLOW_STEPS
 
 SOURCE_LABELS = {
     AGENT_MEMORY: "Agent memory",
@@ -49,27 +49,3 @@ class ExplorerForm(forms.Form):
             data = data.copy()
             data.setlist("sources", list(SOURCES))
         super().__init__(data, *args, **kwargs)
-
-
-SAVINGS_PERIODS = {"7": 7, "30": 30, "90": 90, "all": None}
-DEFAULT_PERIOD = "30"
-
-
-class SavingsForm(forms.Form):
-    def __init__(self, data: Any, *args: Any, **kwargs: Any) -> None:
-        # A first visit shows the last 30 days, and the select says so.
-        if "period" not in data:
-            data = data.copy()
-            data["period"] = DEFAULT_PERIOD
-        super().__init__(data, *args, **kwargs)
-
-    period = forms.ChoiceField(
-        required=False,
-        choices=[
-            ("7", "Last 7 days"),
-            ("30", "Last 30 days"),
-            ("90", "Last 90 days"),
-            ("all", "All time"),
-        ],
-        label="Runs with results in",
-    )

@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from config.views import HtmxHttpRequest
 from config.web import membership_required, partial_wanted, tenant_membership
 from ledger.models import Agent
-from memory.content.services import content_runs_savings
-from memory.episodic.forms import (
-    DEFAULT_PERIOD,
-    INACTIVE,
-    SAVINGS_PERIODS,
-    SOURCE_LABELS,
-    ExplorerForm,
-    SavingsForm,
-)
+from memory.episodic.forms import INACTIVE, SOURCE_LABELS, ExplorerForm
 from memory.episodic.selectors import memories_inactive
-from memory.search.selectors import SearchFilters, SearchHit, SearchWeights, memories_search
+from memory.search.legs import SearchFilters
+from memory.search.ranking import SearchHit, SearchWeights
+from memory.search.selectors import memories_search
 
 EXPLORER_TOP_K = 20
 # The score terms in the order of the ranking formula, with the names people read.
@@ -123,24 +115,3 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "memory/partials/explorer_results.html", context, status=status)
     context["agents"] = list(Agent.objects.for_tenant(tenant).order_by("name")[:500])
     return render(request, "memory/explorer.html", context, status=status)
-
-
-@membership_required
-@require_GET
-def token_savings(request: HtmxHttpRequest) -> HttpResponse:
-    tenant = tenant_membership(request).tenant
-    form = SavingsForm(request.GET)
-    period = form.cleaned_data["period"] if form.is_valid() else ""
-    days = SAVINGS_PERIODS[period or DEFAULT_PERIOD]
-    since = timezone.now() - timedelta(days=days) if days is not None else None
-    overview = content_runs_savings(tenant=tenant, since=since)
-    context = {
-        "form": form,
-        "overview": overview,
-        "rows": [(run, bar_step(run.returned_ratio)) for run in overview.runs],
-        "total_step": bar_step(overview.total.returned_ratio),
-    }
-    template = (
-        "memory/partials/savings.html" if partial_wanted(request) else "memory/token_savings.html"
-    )
-    return render(request, template, context, status=200 if form.is_valid() else 400)

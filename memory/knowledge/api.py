@@ -20,6 +20,7 @@ from config.api import ApiError
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Role
 from ledger.scoping import TenantScopedViewSet
+from memory.knowledge.selectors import knowledge_search
 from memory.knowledge.serializers import (
     KnowledgeChunkSerializer,
     KnowledgeDocumentCreateSerializer,
@@ -34,7 +35,6 @@ from memory.knowledge.services import (
     knowledge_document_publish,
     knowledge_document_unpublish,
     knowledge_document_update,
-    knowledge_search,
 )
 from memory.models import KnowledgeChunk, KnowledgeDocument
 

@@ -143,7 +143,7 @@ _SEMANTIC_JOIN = """
 # Cosine similarity clipped to [0, 1], so it shares a scale with the Jaccard fallback.
 # greatest() skips NULLs, so an event missing from the index must stay NULL explicitly, and it
 # takes NaN for the greatest (a vector without a direction:
-# memory.episodic.selectors.cosine_similarity_sql) so that becomes NULL too.
+# memory.search.plans.cosine_similarity_sql) so that becomes NULL too.
 _SEMANTIC_COLUMN = """nullif(CASE WHEN ix.embedding IS NULL THEN NULL
     ELSE greatest(0, 1 - (ix.embedding <=> %(query_vector)s::vector)) END, 'NaN'::float8)"""
 

@@ -11,20 +11,22 @@ from config.api import ApiError
 from ledger.models import Event
 from ledger.projections import projection_rebuild, registered_projections, reserved_kinds
 from memory.episodic.sealing import unseal
+from memory.knowledge.selectors import (
+    knowledge_candidates,
+    knowledge_candidates_query,
+    knowledge_search,
+    skill_find,
+    skills_for_agent,
+)
 from memory.knowledge.services import (
     KB_EVENT_KINDS,
     DocumentFields,
-    knowledge_candidates,
-    knowledge_candidates_query,
     knowledge_chunks_embed_backfill,
     knowledge_document_create,
     knowledge_document_delete,
     knowledge_document_publish,
     knowledge_document_unpublish,
     knowledge_document_update,
-    knowledge_search,
-    skill_find,
-    skills_for_agent,
 )
 from memory.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKey
 

@@ -12,24 +12,20 @@ from django.utils import timezone
 
 from ledger.models import Role
 from ledger.services import event_append
-from memory.episodic import selectors
 from memory.episodic.lifecycle import memories_expire
-from memory.episodic.selectors import SemanticPlan, hnsw_ef_search, nearest_rows_sql
 from memory.episodic.services import MemoryDraft, memories_store, memory_delete, memory_update
 from memory.models import Memory, MemorySearchTotals, MemoryTerm
-from memory.search.selectors import (
-    AGENT_MEMORY,
-    AUDIT_LOG,
-    SOURCES,
-    WORKFLOW_STEPS,
+from memory.search import plans as selectors
+from memory.search.legs import (
     SearchFilters,
-    SearchWeights,
     filtered_where,
-    memories_search,
     memory_candidates_query,
     semantic_share,
     tsquery_any,
 )
+from memory.search.plans import SemanticPlan, hnsw_ef_search, nearest_rows_sql
+from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, SOURCES, WORKFLOW_STEPS, SearchWeights
+from memory.search.selectors import memories_search
 from tests.memory.private_reflection import SECRET, SECRET_QUERY, private_reflection_made
 
 pytestmark = pytest.mark.django_db

@@ -11,12 +11,8 @@ import pytest
 from django.utils import timezone
 from pytest_django.asserts import assertContains, assertNotContains, assertRedirects
 
-from memory.content.services import (
-    ItemDraft,
-    action_result_record,
-    content_run_savings,
-    content_runs_savings,
-)
+from memory.content.selectors import content_run_savings, content_runs_savings
+from memory.content.services import ItemDraft, action_result_record
 from memory.episodic.services import MemoryDraft, memories_store
 from memory.episodic.views import bar_step
 from memory.models import ContentItem, Memory
