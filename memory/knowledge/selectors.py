@@ -4,7 +4,6 @@ memory search fuses them) and the skills that apply to an agent."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from memory.embeddings.backends import EmbeddingUnavailable, embed_query
 from memory.embeddings.local_embedder import DIMENSIONS
 from memory.models import KnowledgeDocument, KnowledgeKind
 from memory.search.plans import cosine_similarity_sql, hnsw_scan_configure, vector_literal
+from memory.search.ranking import hybrid, minmax, semantic_evidence
 
 logger = logging.getLogger(__name__)
 
@@ -153,19 +153,7 @@ class KnowledgeSearchOutcome:
     took_ms: float
 
 
-# Memory search's fusion (docs/search.md): this share of the min-max normalised cosine, the rest
-# of the min-max normalised keyword score.
-DENSE_WEIGHT = 0.5
 SEARCH_CANDIDATES = 50
-
-
-def _minmax(values: Sequence[float]) -> list[float]:
-    if not values:
-        return []
-    low, high = min(values), max(values)
-    if math.isclose(high, low):
-        return [1.0 if high > 0 else 0.0 for _ in values]
-    return [(value - low) / (high - low) for value in values]
 
 
 def knowledge_search(
@@ -188,11 +176,9 @@ def knowledge_search(
     rows = _candidate_rows(
         tenant=tenant, query=query, query_vector=vector, limit=max(SEARCH_CANDIDATES, top_k)
     )
-    cosines = [float(row[5]) for row in rows if row[5] is not None]
-    floor = min(cosines, default=0.0)
-    dense = _minmax([float(row[5]) if row[5] is not None else floor for row in rows])
-    keyword = _minmax([float(row[6]) for row in rows])
-    weight = DENSE_WEIGHT if cosines else 0.0
+    # Fused as memory search fuses one source's evidence (memory.search.ranking).
+    dense, weight = semantic_evidence([None if row[5] is None else float(row[5]) for row in rows])
+    keyword = minmax([float(row[6]) for row in rows])
     limit = settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold
     best: dict[str, KnowledgeHit] = {}
     for row, d, k in zip(rows, dense, keyword, strict=True):
@@ -207,7 +193,7 @@ def knowledge_search(
             text=row[4],
             cosine=None if cosine is None else round(cosine, 4),
             keyword=round(float(row[6]), 4),
-            score=round(weight * d + (1 - weight) * k, 4),
+            score=round(hybrid(d, k, weight), 4),
         )
         kept = best.get(row[8])
         if kept is None or (hit.score, -hit.chunk_id) > (kept.score, -kept.chunk_id):

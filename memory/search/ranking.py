@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,19 +68,45 @@ class SearchHit:
 
 
 def minmax(values: Sequence[float]) -> list[float]:
+    """Scale the values to [0, 1] over the candidates of one call.
+
+    When they are all equal nothing tells them apart: all 1 if they are positive (every one is
+    evidence), else all 0. Equal means ``math.isclose``, so float noise between scores that are
+    the same is never stretched over the whole range.
+    """
     if not values:
         return []
     low, high = min(values), max(values)
-    if high == low:
+    if math.isclose(high, low):
         return [1.0 if high > 0 else 0.0 for _ in values]
     return [(value - low) / (high - low) for value in values]
 
 
+def semantic_evidence(cosines: Sequence[float | None]) -> tuple[list[float], float]:
+    """The cosines min-max normalised, and the share of the fusion they get.
+
+    A candidate without a vector counts as the lowest cosine of the call. The share is
+    ``DENSE_WEIGHT``, or 0 when no candidate has a vector: keywords alone rank.
+    """
+    present = [cosine for cosine in cosines if cosine is not None]
+    floor = min(present, default=0.0)
+    dense = minmax([cosine if cosine is not None else floor for cosine in cosines])
+    return dense, DENSE_WEIGHT if present else 0.0
+
+
+def hybrid(dense: float, keyword: float, semantic_weight: float) -> float:
+    """One candidate's fused evidence in [0, 1] from its normalised cosine and keyword score."""
+    return semantic_weight * dense + (1 - semantic_weight) * keyword
+
+
 def fuse(candidates: list[Candidate]) -> None:
-    """Set each candidate's relevance in [0, 1] from its semantic and keyword evidence."""
-    cosines = [c.cosine for c in candidates if c.cosine is not None]
-    floor = min(cosines, default=0.0)
-    dense = minmax([c.cosine if c.cosine is not None else floor for c in candidates])
+    """Set each candidate's relevance in [0, 1] from its semantic and keyword evidence.
+
+    Cosines are normalised over every candidate (one embedder made them all), keyword scores
+    per source (the sources score keywords differently); then 0.3 of the better session
+    neighbour's fused evidence is added, rescaled to [0, 1].
+    """
+    dense, semantic_weight = semantic_evidence([c.cosine for c in candidates])
     keyword = [0.0] * len(candidates)
     for source in SOURCES:
         positions = [i for i, c in enumerate(candidates) if c.source == source]
@@ -87,9 +114,8 @@ def fuse(candidates: list[Candidate]) -> None:
             positions, minmax([candidates[i].keyword for i in positions]), strict=True
         ):
             keyword[i] = value
-    semantic_weight = DENSE_WEIGHT if cosines else 0.0
     fused = {
-        (c.source, c.id): semantic_weight * d + (1 - semantic_weight) * k
+        (c.source, c.id): hybrid(d, k, semantic_weight)
         for c, d, k in zip(candidates, dense, keyword, strict=True)
     }
     for c in candidates:
