@@ -13,6 +13,7 @@ from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 
 from config.patterns import client_pattern_compile
+from config.sql import rows_named
 from ledger.models import Agent, Tenant
 from memory.content.compaction import (
     compact_with_plugins,
@@ -192,8 +193,10 @@ per_run AS (
     FROM per_agent GROUP BY run_id
 )
 SELECT run_id, agent_ids, results, full_renderings, tokens_full, tokens_returned,
-       last_result_at, count(*) OVER (), sum(results) OVER (), sum(full_renderings) OVER (),
-       sum(tokens_full) OVER (), sum(tokens_returned) OVER ()
+       last_result_at, count(*) OVER () AS runs_total, sum(results) OVER () AS all_results,
+       sum(full_renderings) OVER () AS all_full_renderings,
+       sum(tokens_full) OVER () AS all_tokens_full,
+       sum(tokens_returned) OVER () AS all_tokens_returned
 FROM per_run
 ORDER BY last_result_at DESC, run_id
 LIMIT %(limit)s
@@ -208,10 +211,10 @@ def content_runs_savings(
     and one lookup of the listed runs' agent names."""
     with connection.cursor() as cursor:
         cursor.execute(RUNS_SAVINGS_SQL, {"tenant": tenant.pk, "since": since, "limit": limit})
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
     names = dict(
         Agent.objects.filter(
-            tenant=tenant, pk__in={agent for row in rows for agent in row[1]}
+            tenant=tenant, pk__in={agent for row in rows for agent in row.agent_ids}
         ).values_list("pk", "name")
     )
 
@@ -221,15 +224,26 @@ def content_runs_savings(
 
     runs = [
         savings(
-            row[0],
-            row[2:6],
-            agents=tuple(sorted(names[agent] for agent in row[1])),
-            last_result_at=row[6],
+            row.run_id,
+            (row.results, row.full_renderings, row.tokens_full, row.tokens_returned),
+            agents=tuple(sorted(names[agent] for agent in row.agent_ids)),
+            last_result_at=row.last_result_at,
         )
         for row in rows
     ]
-    total = savings("", rows[0][8:12] if rows else (0, 0, 0, 0))
-    return SavingsOverview(runs=runs, total=total, runs_total=rows[0][7] if rows else 0)
+    first = rows[0] if rows else None
+    total = savings(
+        "",
+        (
+            first.all_results,
+            first.all_full_renderings,
+            first.all_tokens_full,
+            first.all_tokens_returned,
+        )
+        if first
+        else (0, 0, 0, 0),
+    )
+    return SavingsOverview(runs=runs, total=total, runs_total=first.runs_total if first else 0)
 
 
 @dataclass(frozen=True)

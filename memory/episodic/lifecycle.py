@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.sql import rows_named
 from ledger.jobs import Batch
 from ledger.models import Tenant
 from ledger.services import event_append, tenant_write_lock_id
@@ -59,10 +60,10 @@ def _claim(cursor: Any, select_sql: str, params: dict[str, Any]) -> list[int]:
     DELETE that follows re-checks its condition, which makes concurrent runs act on a row once.
     """
     cursor.execute(select_sql, params)
-    rows = cursor.fetchall()
-    for tenant_id in sorted({int(row[1]) for row in rows}):
+    rows = rows_named(cursor)
+    for tenant_id in sorted({int(row.tenant_id) for row in rows}):
         tenant_write_lock_id(tenant_id)
-    return [int(row[0]) for row in rows]
+    return [int(row.id) for row in rows]
 
 
 def memories_decay(*, now: datetime | None = None, batch_size: int = 5000) -> int:
@@ -123,7 +124,7 @@ def _decay_batch(moment: datetime, after: int, batch_size: int) -> tuple[int, li
             """,  # noqa: S608 (a constant expression; every value is a parameter)
             {**params, "ids": ids},
         )
-        rows = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+        rows = [(int(row.id), int(row.tenant_id)) for row in rows_named(cursor)]
         _log_per_tenant(
             rows,
             kind="memory.archived",
@@ -165,10 +166,10 @@ def _expire_batch(moment: datetime, after: int, batch_size: int) -> tuple[int, l
             """,
             {"now": moment, "ids": ids},
         )
-        positions = cursor.fetchall()
+        positions = rows_named(cursor)
         # Neighbours whose keyword window held an expired memory get it recomputed.
         search_documents_refresh_around(_in_surviving_sessions(cursor, positions))
-        rows = [(int(position[4]), int(position[0])) for position in positions]
+        rows = [(int(position.id), int(position.tenant_id)) for position in positions]
         # One array parameter rather than Django's IN list of thousands of placeholders (a third
         # of a TTL batch's time went into planning that list).
         cursor.execute(
@@ -185,7 +186,9 @@ def _in_surviving_sessions(cursor: Any, positions: list[Any]) -> list[Any]:
     Memories stored together expire together, so a TTL batch often takes whole sessions; one
     probe per session here saves four neighbour probes per deleted memory.
     """
-    sessions = {(int(p[0]), int(p[1]), str(p[2])) for p in positions if p[2]}
+    sessions = {
+        (int(p.tenant_id), int(p.agent_id), str(p.session_id)) for p in positions if p.session_id
+    }
     if not sessions:
         return []
     tenants, agents, names = (list(column) for column in zip(*sessions, strict=True))
@@ -199,8 +202,12 @@ def _in_surviving_sessions(cursor: Any, positions: list[Any]) -> list[Any]:
         """,
         [tenants, agents, names],
     )
-    surviving = {(int(row[0]), int(row[1]), str(row[2])) for row in cursor.fetchall()}
-    return [p for p in positions if (int(p[0]), int(p[1]), str(p[2])) in surviving]
+    surviving = {
+        (int(row.tenant_id), int(row.agent_id), str(row.session_id)) for row in rows_named(cursor)
+    }
+    return [
+        p for p in positions if (int(p.tenant_id), int(p.agent_id), str(p.session_id)) in surviving
+    ]
 
 
 def memories_enforce_quota(
@@ -250,11 +257,13 @@ def _agents_over_quota(moment: datetime, quota: int) -> list[tuple[int, int]]:
     """(agent id, memories over the quota) of every agent over it, by agent id."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT agent_id, count(*) - %(quota)s FROM memory_memory WHERE {ACTIVE_SQL}"  # noqa: S608
-            " GROUP BY agent_id HAVING count(*) > %(quota)s ORDER BY agent_id",
+            f"""
+            SELECT agent_id, count(*) - %(quota)s AS excess FROM memory_memory WHERE {ACTIVE_SQL}
+            GROUP BY agent_id HAVING count(*) > %(quota)s ORDER BY agent_id
+            """,  # noqa: S608 (a constant expression; every value is a parameter)
             {"now": moment, "quota": quota},
         )
-        return [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+        return [(int(row.agent_id), int(row.excess)) for row in rows_named(cursor)]
 
 
 def _quota_batch(
@@ -296,7 +305,7 @@ def _quota_batch(
             """,
             {"now": moment, "ids": ids},
         )
-        rows = [(int(row[0]), int(row[1])) for row in cursor.fetchall()]
+        rows = [(int(row.id), int(row.tenant_id)) for row in rows_named(cursor)]
         _log_per_tenant(
             rows,
             kind="memory.archived",

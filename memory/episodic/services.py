@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from config.api import ApiError
+from config.sql import rows_named
 from ledger.models import DISPLAYABLE_PAYLOAD_KEYS, Agent, Event, Tenant
 from ledger.services import (
     SYSTEM_ACTOR,
@@ -422,7 +423,7 @@ def memories_mark_retrieved(*, tenant: Tenant, memory_ids: Sequence[int], at: da
             """,
             {"tenant": tenant.pk, "ids": list(memory_ids), "at": at},
         )
-        marked = sorted(int(row[0]) for row in cursor.fetchall())
+        marked = sorted(int(row.id) for row in rows_named(cursor))
         if marked:
             event_append(
                 tenant=tenant,

@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from config.api import ApiError
+from config.sql import rows_named
 from ledger.models import Agent, Tenant
 from memory.embeddings.backends import EmbeddingUnavailable, embed_query
 from memory.embeddings.local_embedder import DIMENSIONS
@@ -94,7 +95,7 @@ def knowledge_candidates_query(
 
 def _candidate_rows(
     *, tenant: Tenant, query: str, query_vector: Sequence[float] | None, limit: int
-) -> list[tuple[Any, ...]]:
+) -> list[Any]:
     sql, params = knowledge_candidates_query(
         tenant=tenant, query=query, query_vector=query_vector, limit=limit
     )
@@ -103,7 +104,7 @@ def _candidate_rows(
         # nearest ``limit`` of this one; the index scans on, in exact order, until it has them.
         hnsw_scan_configure(cursor, ef_search=max(40, 2 * limit))
         cursor.execute(sql, params)
-        return list(cursor.fetchall())
+        return rows_named(cursor)
 
 
 def knowledge_candidates(
@@ -120,15 +121,15 @@ def knowledge_candidates(
     rows = _candidate_rows(tenant=tenant, query=query, query_vector=query_vector, limit=limit)
     return [
         KnowledgeCandidate(
-            chunk_id=int(row[0]),
-            document_id=int(row[1]),
-            title=row[2],
-            kind=row[3],
-            text=row[4],
-            cosine=None if row[5] is None else float(row[5]),
-            keyword=float(row[6]),
-            published_at=row[7],
-            content_hash=row[8],
+            chunk_id=int(row.id),
+            document_id=int(row.document_id),
+            title=row.title,
+            kind=row.kind,
+            text=row.text,
+            cosine=None if row.cosine is None else float(row.cosine),
+            keyword=float(row.keyword),
+            published_at=row.published_at,
+            content_hash=row.content_hash,
         )
         for row in rows
     ]
@@ -177,27 +178,29 @@ def knowledge_search(
         tenant=tenant, query=query, query_vector=vector, limit=max(SEARCH_CANDIDATES, top_k)
     )
     # Fused as memory search fuses one source's evidence (memory.search.ranking).
-    dense, weight = semantic_evidence([None if row[5] is None else float(row[5]) for row in rows])
-    keyword = minmax([float(row[6]) for row in rows])
+    dense, weight = semantic_evidence(
+        [None if row.cosine is None else float(row.cosine) for row in rows]
+    )
+    keyword = minmax([float(row.keyword) for row in rows])
     limit = settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold
     best: dict[str, KnowledgeHit] = {}
     for row, d, k in zip(rows, dense, keyword, strict=True):
-        cosine = None if row[5] is None else float(row[5])
-        if float(row[6]) <= 0 and (cosine is None or cosine < limit):
+        cosine = None if row.cosine is None else float(row.cosine)
+        if float(row.keyword) <= 0 and (cosine is None or cosine < limit):
             continue
         hit = KnowledgeHit(
-            chunk_id=int(row[0]),
-            document_id=int(row[1]),
-            title=row[2],
-            heading=row[9],
-            text=row[4],
+            chunk_id=int(row.id),
+            document_id=int(row.document_id),
+            title=row.title,
+            heading=row.heading,
+            text=row.text,
             cosine=None if cosine is None else round(cosine, 4),
-            keyword=round(float(row[6]), 4),
+            keyword=round(float(row.keyword), 4),
             score=round(hybrid(d, k, weight), 4),
         )
-        kept = best.get(row[8])
+        kept = best.get(row.content_hash)
         if kept is None or (hit.score, -hit.chunk_id) > (kept.score, -kept.chunk_id):
-            best[row[8]] = hit
+            best[row.content_hash] = hit
     hits = sorted(best.values(), key=lambda h: (-h.score, h.chunk_id))[:top_k]
     return KnowledgeSearchOutcome(
         hits=hits,

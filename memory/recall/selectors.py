@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import connection
 
+from config.sql import rows_named
 from ledger.models import Agent, Event, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql, event_visible_to
 from memory.embeddings.backends import EmbeddingUnavailable, embed_query, embedder_name
@@ -198,23 +199,23 @@ def recall_salience(
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    if semantic and rows and not all(row[9] for row in rows if row[4]):
+        rows = rows_named(cursor)
+    if semantic and rows and not all(row.from_index for row in rows if row.text):
         note = "some events are not in the semantic index yet; they are scored by keywords"
     items = sorted(
         (
             RecallItem(
-                seq=seq,
-                turn=turn,
-                kind=kind,
-                actor=actor,
-                text=text,
-                relevance=round(relevance, 4),
-                recency=round(recency, 4),
-                importance=round(importance, 4),
-                score=round(score, 4),
+                seq=row.seq,
+                turn=row.turn,
+                kind=row.kind,
+                actor=row.actor,
+                text=row.text,
+                relevance=round(row.relevance, 4),
+                recency=round(row.recency, 4),
+                importance=round(row.importance, 4),
+                score=round(row.score, 4),
             )
-            for seq, turn, kind, actor, text, relevance, recency, importance, score, _ in rows
+            for row in rows
         ),
         key=lambda item: item.seq,
     )

@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from config.http import ExternalServiceError, post_json
+from config.sql import rows_named
 from ledger.models import Agent, Event, RecallSettings
 from ledger.selectors import (
     COVERS_KEY,
@@ -198,7 +199,7 @@ def reflections_create_due(*, after_event_id: int, up_to_event_id: int) -> int:
             " WHERE id > %s AND id <= %s AND run_id <> '' ORDER BY tenant_id, run_id",
             [after_event_id, up_to_event_id],
         )
-        runs = [(int(row[0]), str(row[1])) for row in cursor.fetchall()]
+        runs = [(int(row.tenant_id), str(row.run_id)) for row in rows_named(cursor)]
     created = 0
     for tenant_id, run_id in runs:
         actors = (

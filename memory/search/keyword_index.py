@@ -17,6 +17,8 @@ from datetime import datetime
 
 from django.db import connection
 
+from config.sql import rows_named
+
 # Each target's document from its window. Rows another transaction holds (a lifecycle job archiving
 # them, an update in flight) are skipped rather than waited for: this runs under the tenant's
 # ledger lock, and waiting there for a row lock could deadlock with that holder. A skipped
@@ -98,7 +100,7 @@ def session_neighbours(positions: Iterable[SessionPosition]) -> set[int]:
                 "ids": list(columns[4]),
             },
         )
-        return {int(row[0]) for row in cursor.fetchall()}
+        return {int(row.id) for row in rows_named(cursor)}
 
 
 def search_documents_refresh(memory_ids: Sequence[int]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from config.sql import row_named, rows_named
 from ledger.models import Agent, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql
 from memory.embeddings.backends import embedder_name
@@ -68,7 +69,7 @@ class SearchFilters:
 # totals and the table's estimated row count (one row with a NULL lexeme when the query has
 # none): what the semantic leg's plan is chosen by.
 LEXEME_STATS_SQL = """
-SELECT u.lexeme, coalesce(t.df, 0), s.documents, s.positions, s.table_rows
+SELECT u.lexeme, coalesce(t.df, 0) AS df, s.documents, s.positions, s.table_rows
 FROM (
     SELECT coalesce(max(documents), 0) AS documents, coalesce(max(positions), 0) AS positions,
            (SELECT greatest(reltuples, 0) FROM pg_class
@@ -219,12 +220,14 @@ def memory_candidates_query(
     """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
     with connection.cursor() as cursor:
         cursor.execute(LEXEME_STATS_SQL, {"query": query, "agent": agent.pk})
-        rows = cursor.fetchall()
-    documents, positions, table_rows = int(rows[0][2]), int(rows[0][3]), float(rows[0][4])
-    stats = [row for row in rows if row[0] is not None]
-    lexemes = [str(row[0]) for row in stats]
-    idfs = [bm25_idf(documents=documents, df=int(row[1])) for row in stats]
-    present = sorted((int(row[1]), str(row[0])) for row in stats if int(row[1]) > 0)
+        rows = rows_named(cursor)
+    totals = rows[0]
+    documents, positions = int(totals.documents), int(totals.positions)
+    table_rows = float(totals.table_rows)
+    stats = [row for row in rows if row.lexeme is not None]
+    lexemes = [str(row.lexeme) for row in stats]
+    idfs = [bm25_idf(documents=documents, df=int(row.df)) for row in stats]
+    present = sorted((int(row.df), str(row.lexeme)) for row in stats if int(row.df) > 0)
     # Rarest lexemes first, while the rows they name fit the budget: rare words carry the most
     # BM25 weight, and rows that share only common words with the query are left to the
     # semantic leg (they are still scored if it brings them). When even the rarest names more
@@ -288,21 +291,21 @@ def memory_candidates(
         # keeping 5 % of 2,000,000 rows: recall@10 0.947 relaxed, 0.940 strict, 30 queries).
         hnsw_scan_configure(cursor, ef_search=params["ef_search"], order="relaxed_order")
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
     return [
         Candidate(
             source=AGENT_MEMORY,
-            id=int(row[0]),
+            id=int(row.id),
             content="",  # read for the hits kept (memory_hits_completed)
-            cosine=None if row[4] is None else float(row[4]),
-            keyword=float(row[5]),
-            moment=datetime.fromtimestamp(float(row[1]), tz=UTC),
-            importance=float(row[3]),
-            content_hash=row[2],
+            cosine=None if row.cosine is None else float(row.cosine),
+            keyword=float(row.keyword),
+            moment=datetime.fromtimestamp(float(row.occurred_epoch), tz=UTC),
+            importance=float(row.effective_importance),
+            content_hash=row.content_hash,
             details={},
-            previous_id=row[6],
-            next_id=row[7],
-            own_match=bool(row[8]),
+            previous_id=row.previous_id,
+            next_id=row.next_id,
+            own_match=bool(row.own_match),
         )
         for row in rows
     ]
@@ -310,7 +313,7 @@ def memory_candidates(
 
 # Query words that carry meaning: the ledger's words minus English stop words.
 EVENT_WORDS_SQL = """
-SELECT coalesce(array_agg(word), '{}') FROM unnest(ledger_words(%(query)s)) AS word
+SELECT coalesce(array_agg(word), '{}') AS words FROM unnest(ledger_words(%(query)s)) AS word
 WHERE to_tsvector('english', word) <> ''::tsvector
 """
 
@@ -324,9 +327,10 @@ WITH keyword AS (
 ),
 dense AS ({dense}),
 candidates AS (SELECT id FROM keyword UNION SELECT id FROM dense)
-SELECT e.id, e.seq, e.kind, e.actor, e.run_id, ledger_display_text(e.payload), e.created_at,
-       {cosine} AS cosine,
+SELECT e.id, e.seq, e.kind, e.actor, e.run_id, ledger_display_text(e.payload) AS text,
+       e.created_at, {cosine} AS cosine,
        cardinality(ARRAY(SELECT unnest(e.search_words) INTERSECT SELECT unnest(%(words)s::text[])))
+           AS matched
 FROM candidates JOIN ledger_event AS e USING (id)
 LEFT JOIN memory_eventembedding AS ee ON ee.event_id = e.id AND ee.model = %(model)s
 """
@@ -347,7 +351,8 @@ def event_candidates(
     visible = event_visible_sql("e")
     with connection.cursor() as cursor:
         cursor.execute(EVENT_WORDS_SQL, {"query": query})
-        words = list(cursor.fetchone()[0])
+        found = row_named(cursor)
+        words = list(found.words) if found is not None else []
         cursor.execute(
             EVENT_CANDIDATES_SQL.format(
                 visible=visible,
@@ -366,32 +371,34 @@ def event_candidates(
                 "vector": vector_literal(vector) if vector is not None else None,
             },
         )
-        rows = cursor.fetchall()
+        rows = rows_named(cursor)
     candidates = []
     # The text is ledger_display_text(payload): ledger.models.displayable_text in SQL, so no
     # other part of a payload (which may hold secrets) leaves the database.
-    for event_id, seq, kind, actor, run_id, text, created_at, cosine, matched in rows:
-        source = WORKFLOW_STEPS if kind == WORKFLOW_STEP_KIND else AUDIT_LOG
-        if source not in sources or not text:
+    for row in rows:
+        source = WORKFLOW_STEPS if row.kind == WORKFLOW_STEP_KIND else AUDIT_LOG
+        if source not in sources or not row.text:
             continue
         candidates.append(
             Candidate(
                 source=source,
-                id=int(seq),
-                content=text,
-                cosine=None if cosine is None else float(cosine),
-                keyword=float(matched) / max(len(words), 1),
-                moment=created_at,
+                id=int(row.seq),
+                content=row.text,
+                cosine=None if row.cosine is None else float(row.cosine),
+                keyword=float(row.matched) / max(len(words), 1),
+                moment=row.created_at,
                 importance=float(
-                    recall_settings.kind_importance.get(kind, recall_settings.default_importance)
+                    recall_settings.kind_importance.get(
+                        row.kind, recall_settings.default_importance
+                    )
                 ),
-                content_hash=policies.content_hash(text),
+                content_hash=policies.content_hash(row.text),
                 details={
-                    "event_id": int(event_id),
-                    "kind": kind,
-                    "actor": actor,
-                    "run_id": run_id,
-                    "created_at": created_at,
+                    "event_id": int(row.id),
+                    "kind": row.kind,
+                    "actor": row.actor,
+                    "run_id": row.run_id,
+                    "created_at": row.created_at,
                 },
             )
         )

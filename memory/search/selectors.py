@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.sql import row_named, rows_named
 from ledger.models import Agent
 from memory.embeddings.backends import EmbeddingUnavailable, embed_query
 from memory.search.legs import (
@@ -88,25 +89,27 @@ def memory_hits_completed(agent: Agent, hits: list[SearchHit]) -> list[SearchHit
         cursor.execute(
             MEMORY_DETAILS_SQL, {"tenant": agent.tenant_id, "agent": agent.pk, "ids": ids}
         )
-        rows = {int(row[0]): row for row in cursor.fetchall()}
+        rows = {int(row.id): row for row in rows_named(cursor)}
     completed = []
     for hit in hits:
         if hit.source != AGENT_MEMORY:
             completed.append(hit)
         elif (row := rows.get(hit.id)) is not None:
             details = {
-                "role": row[2],
-                "session_id": row[3],
-                "memory_type": row[4],
-                "tags": list(row[5]),
+                "role": row.role,
+                "session_id": row.session_id,
+                "memory_type": row.memory_type,
+                "tags": list(row.tags),
                 # Django leaves jsonb undecoded on raw cursors.
-                "metadata": json.loads(row[6]) if isinstance(row[6], str) else row[6],
-                "occurred_at": row[7],
-                "created_at": row[8],
-                "stored_importance": float(row[9]),
-                "updated_at": row[10],
+                "metadata": json.loads(row.metadata)
+                if isinstance(row.metadata, str)
+                else row.metadata,
+                "occurred_at": row.occurred_at,
+                "created_at": row.created_at,
+                "stored_importance": float(row.importance),
+                "updated_at": row.updated_at,
             }
-            completed.append(replace(hit, content=row[1], details=details))
+            completed.append(replace(hit, content=row.content, details=details))
     return completed
 
 
@@ -213,8 +216,8 @@ def agent_memory_count(agent: Agent) -> int:
         cursor.execute(
             "SELECT documents FROM memory_memorysearchtotals WHERE agent_id = %s", [agent.pk]
         )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
+        row = row_named(cursor)
+    return int(row.documents) if row else 0
 
 
 def memories_nearest(
@@ -242,4 +245,4 @@ def memories_nearest(
                 "k": k,
             },
         )
-        return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]
+        return [(int(row.id), float(row.distance)) for row in rows_named(cursor)]
