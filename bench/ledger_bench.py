@@ -90,7 +90,7 @@ def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
 
     from ledger.models import Event
     from ledger.services import EventDraft, agent_create, events_append, tenant_create
-    from memory.episodic.services import event_embeddings_build
+    from memory.embeddings.services import event_embeddings_build
     from memory.recall.selectors import recall_salience
 
     tenant = tenant_create(name="bench recall", slug=f"bench-recall-{uuid.uuid4().hex[:8]}")

@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ledger.models import Event, Tenant
-from memory.episodic.services import (
-    event_embeddings_build,
-    event_embeddings_drop,
-)
+from memory.embeddings.services import event_embeddings_build, event_embeddings_drop
 from memory.models import EventEmbedding
 
 

@@ -1,4 +1,5 @@
-"""Writes of the memory app."""
+"""Writes of episodic memories: store, update, delete (shredding their keys), the embedding
+backfill of memories, and the retrieval statistics search records."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from config.api import ApiError
 from config.sql import rows_named
-from ledger.models import DISPLAYABLE_PAYLOAD_KEYS, Agent, Event, Tenant
+from ledger.models import Agent, Tenant
 from ledger.services import (
     SYSTEM_ACTOR,
     EventDraft,
@@ -29,60 +30,14 @@ from memory.embeddings.backends import (
     embedding_problem,
     unit_vector,
 )
+from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH, Embedded, vectors_backfill
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from memory.episodic import policies
 from memory.episodic.sealing import key_new, seal
-from memory.models import EventEmbedding, Memory, MemoryKey
+from memory.models import Memory, MemoryKey
 from memory.search.keyword_index import SessionPosition, search_documents_refresh_around
 
 logger = logging.getLogger(__name__)
-
-EVENT_EMBEDDING_BATCH = 64
-
-
-def event_embeddings_build(*, event_ids: Sequence[int]) -> int:
-    """Embed the displayable text of these events where the index lacks them. Idempotent.
-
-    Returns how many rows it added. Raises ``EmbeddingUnavailable`` when the embedder is down, so
-    a task can retry; the backfill job picks up whatever is still missing later.
-    """
-    model = embedder_name()
-    pending = [
-        event
-        for event in Event.objects.filter(pk__in=event_ids)
-        .exclude(embedding__model=model)
-        .only("id", "tenant_id", "run_id", "payload")
-        .order_by("id")
-        if event.text
-    ]
-    added = 0
-    for start in range(0, len(pending), EVENT_EMBEDDING_BATCH):
-        batch = pending[start : start + EVENT_EMBEDDING_BATCH]
-        vectors = embed_texts([event.text for event in batch])
-        with transaction.atomic():
-            # Replace rows of an older model; ignore rows another worker added meanwhile.
-            EventEmbedding.objects.filter(event_id__in=[e.pk for e in batch]).exclude(
-                model=model
-            ).delete()
-            created = EventEmbedding.objects.bulk_create(
-                [
-                    EventEmbedding(
-                        event_id=e.pk,
-                        tenant_id=e.tenant_id,
-                        run_id=e.run_id,
-                        embedding=v,
-                        model=model,
-                    )
-                    for e, v in zip(batch, vectors, strict=True)
-                ],
-                ignore_conflicts=True,
-            )
-        added += len(created)
-    return added
-
-
-def event_embeddings_drop(*, tenant: Tenant) -> None:
-    EventEmbedding.objects.filter(tenant=tenant).delete()
 
 
 # --- Episodic memories -------------------------------------------------------------------------
@@ -363,46 +318,24 @@ def memory_update(*, memory: Memory, actor: str, changes: dict[str, Any]) -> Mem
     return memory
 
 
-def memory_embeddings_backfill(*, batch_size: int = 256) -> int:
-    """Embed active memories stored while the embedder was unavailable. Returns rows filled.
-
-    Bounded per call and idempotent: the UPDATE only fills rows that are still empty, so two
-    workers racing on the same rows write each vector once.
-    """
-    pending = list(
-        Memory.objects.active()
+def memory_embeddings_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) -> int:
+    """Embed active memories stored while the embedder was unavailable. Returns rows filled."""
+    return vectors_backfill(
+        pending=Memory.objects.active()
         .filter(embedding__isnull=True)
-        .order_by("id")
-        .only("id", "content", "role", "metadata", "occurred_at")[:batch_size]
+        .only("id", "content", "role", "metadata", "occurred_at"),
+        vectors=_memory_vectors,
+        batch_size=batch_size,
     )
-    if not pending:
-        return 0
-    _embed_missing(pending)
-    filled = 0
-    for memory in pending:
-        if memory.embedding is not None:
-            filled += Memory.objects.filter(pk=memory.pk, embedding__isnull=True).update(
-                embedding=memory.embedding, embedding_model=memory.embedding_model
-            )
-    return filled
 
 
-def events_embeddings_backfill(*, after_id: int = 0, batch_size: int = 256) -> tuple[int, int]:
-    """Embed the next events (by id, after ``after_id``) with displayable text and no vector.
-
-    Returns (rows added, last id looked at; 0 when none was left). Keyset-paginated so events
-    whose payload key holds no usable text are passed over, not fetched again and again.
-    Raises ``EmbeddingUnavailable`` when the embedder is down: the next run starts over.
-    """
-    ids = list(
-        Event.objects.filter(pk__gt=after_id, payload__has_any_keys=list(DISPLAYABLE_PAYLOAD_KEYS))
-        .exclude(embedding__model=embedder_name())
-        .order_by("pk")
-        .values_list("pk", flat=True)[:batch_size]
-    )
-    if not ids:
-        return 0, 0
-    return event_embeddings_build(event_ids=ids), ids[-1]
+def _memory_vectors(memories: list[Memory]) -> dict[int, Embedded]:
+    _embed_missing(memories)
+    return {
+        memory.pk: (memory.embedding, memory.embedding_model)
+        for memory in memories
+        if memory.embedding is not None
+    }
 
 
 def memories_mark_retrieved(*, tenant: Tenant, memory_ids: Sequence[int], at: datetime) -> int:

@@ -33,6 +33,7 @@ from config.api import ApiError
 from ledger.models import Tenant
 from ledger.services import event_append, tenant_write_lock
 from memory.embeddings.backends import EmbeddingUnavailable, embed_texts, embedder_name
+from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH, Embedded, vectors_backfill
 from memory.embeddings.local_embedder import DIMENSIONS
 from memory.episodic.policies import content_hash
 from memory.episodic.sealing import key_new, seal
@@ -219,29 +220,24 @@ def knowledge_chunks_sync(*, document: KnowledgeDocument, vectors: ChunkVectors)
     return len(drafts)
 
 
-def knowledge_chunks_embed_backfill(*, batch_size: int = 256) -> int:
-    """Embed chunks stored while the embedder was unavailable. Returns rows filled.
-
-    Bounded per call and idempotent: the UPDATE fills only rows still empty, so two workers
-    racing on the same rows write each vector once.
-    """
-    pending = list(
-        KnowledgeChunk.objects.filter(embedding__isnull=True)
-        .order_by("id")
-        .only("id", "position", "heading", "text")[:batch_size]
+def knowledge_chunks_embed_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) -> int:
+    """Embed chunks stored while the embedder was unavailable. Returns rows filled."""
+    return vectors_backfill(
+        pending=KnowledgeChunk.objects.filter(embedding__isnull=True).only(
+            "id", "position", "heading", "text"
+        ),
+        vectors=_chunk_vectors_by_id,
+        batch_size=batch_size,
     )
-    if not pending:
-        return 0
-    drafts = [ChunkDraft(c.position, c.heading, c.text) for c in pending]
-    vectors = chunk_vectors(drafts)
-    filled = 0
-    for chunk in pending:
-        vector = vectors.get((chunk.heading, chunk.text))
-        if vector is not None:
-            filled += KnowledgeChunk.objects.filter(pk=chunk.pk, embedding__isnull=True).update(
-                embedding=vector[0], embedding_model=vector[1]
-            )
-    return filled
+
+
+def _chunk_vectors_by_id(chunks: list[KnowledgeChunk]) -> dict[int, Embedded]:
+    vectors = chunk_vectors([ChunkDraft(c.position, c.heading, c.text) for c in chunks])
+    return {
+        chunk.pk: vectors[(chunk.heading, chunk.text)]
+        for chunk in chunks
+        if (chunk.heading, chunk.text) in vectors
+    }
 
 
 # --- Writes --------------------------------------------------------------------------------------

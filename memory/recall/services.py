@@ -19,14 +19,16 @@ OpenAI-compatible chat endpoint, with the local summary as the fallback when it 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 
 from config.http import ExternalServiceError, post_json
 from config.sql import rows_named
+from ledger.jobs import Batch, job_progress
 from ledger.models import Agent, Event, RecallSettings
 from ledger.selectors import (
     COVERS_KEY,
@@ -212,3 +214,35 @@ def reflections_create_due(*, after_event_id: int, up_to_event_id: int) -> int:
             if reflection_create_if_due(agent=agent, run_id=run_id) is not None:
                 created += 1
     return created
+
+
+# Events looked at per reflection batch: the runs they touch are checked for due reflections.
+REFLECTION_EVENT_SPAN = 5000
+# Events before the last watermark looked at again: commits land slightly out of id order.
+REFLECTION_OVERLAP = 200
+
+
+def reflections_due_batches(*, job: str) -> Iterator[Batch]:
+    """The reflection job's work: from the event id its last run reached (the watermark kept in
+    ``job``'s runs) to the newest event, in spans of events.
+
+    The first run ever starts at the newest event: reflections become due automatically from the
+    moment the jobs run, not retroactively for every past run (which could mean many LLM calls).
+    Later runs start ``REFLECTION_OVERLAP`` events before the watermark, because an event that
+    commits after a later-numbered one can land below it; checking a run again creates nothing.
+    """
+    top = int(Event.objects.aggregate(top=Max("id"))["top"] or 0)
+    progress = job_progress(job)
+    start = (
+        max(0, int(progress["after_event_id"]) - REFLECTION_OVERLAP)
+        if "after_event_id" in progress
+        else top
+    )
+    if start >= top:
+        yield Batch(rows=0, more=False, details={"after_event_id": top})
+        return
+    while start < top:
+        end = min(start + REFLECTION_EVENT_SPAN, top)
+        created = reflections_create_due(after_event_id=start, up_to_event_id=end)
+        start = end
+        yield Batch(rows=created, more=start < top, details={"after_event_id": start})

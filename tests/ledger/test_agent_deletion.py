@@ -24,14 +24,9 @@ from memory.content.services import (
     content_snapshot_create,
     content_snapshot_restore,
 )
+from memory.embeddings.services import event_embeddings_build
 from memory.episodic.sealing import unseal
-from memory.episodic.services import (
-    MemoryDraft,
-    event_embeddings_build,
-    memories_store,
-    memory_delete,
-    memory_update,
-)
+from memory.episodic.services import MemoryDraft, memories_store, memory_delete, memory_update
 from memory.knowledge.services import DocumentFields, knowledge_document_create
 from memory.models import ContentItem, KnowledgeDocument, Memory, MemoryKey
 from trust.governance import CriterionDraft, rubric_proposal_open, rubric_version_create

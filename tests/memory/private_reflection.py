@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ledger.models import Agent, Event
 from ledger.services import EventDraft, events_append
-from memory.episodic.services import event_embeddings_build
+from memory.embeddings.services import event_embeddings_build
 from memory.recall.services import reflection_create_if_due
 
 SECRET = "periwinkle"

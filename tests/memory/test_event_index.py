@@ -8,7 +8,7 @@ from ledger.models import Event, Role
 from ledger.projections import projection_rebuild, registered_projections
 from ledger.services import EventDraft, events_append
 from memory.embeddings.backends import EmbeddingUnavailable
-from memory.episodic.services import event_embeddings_build
+from memory.embeddings.services import event_embeddings_build
 from memory.models import EventEmbedding
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from ledger.models import Event, RecallSettings, Role
 from ledger.services import EventDraft, events_append
-from memory.episodic.services import event_embeddings_build
+from memory.embeddings.services import event_embeddings_build
 from memory.models import EventEmbedding
 from memory.recall.selectors import recall_episodic, recall_salience
 
