@@ -7,8 +7,6 @@ from rest_framework import serializers
 from memory.episodic.services import MemoryDraft
 from memory.models import Memory, MemoryRole
 
-MAX_BATCH = 1000
-
 
 class MemorySerializer(serializers.ModelSerializer[Memory]):
     agent = serializers.CharField(source="agent.name", read_only=True)
@@ -74,11 +72,6 @@ class MemoryStoreSerializer(MemoryInputSerializer):
 class MemoryBatchSerializer(serializers.Serializer[Any]):
     agent = serializers.CharField(max_length=200, required=False)
     memories = MemoryInputSerializer(many=True, allow_empty=False)
-
-    def validate_memories(self, memories: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if len(memories) > MAX_BATCH:
-            raise serializers.ValidationError(f"A batch holds at most {MAX_BATCH} memories.")
-        return memories
 
 
 class MemoryHistorySerializer(serializers.Serializer[Any]):

@@ -104,12 +104,24 @@ def memory_embedding_text(
     return f"[{when.day} {when:%B %Y}] {speaker}: {content}"
 
 
+# Memories one store call takes: the batch is embedded, written and logged in one go.
+MEMORY_BATCH_MAX = 1000
+
+
 def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -> list[Memory]:
     """Store memories for an agent: all of them or, if one is invalid, none (its index is named).
+    At most ``MEMORY_BATCH_MAX`` at once.
 
     Each memory is embedded before the transaction (searchable when this returns); if the
     embedder is down the memory is stored without a vector for the backfill job to fill.
     """
+    if len(drafts) > MEMORY_BATCH_MAX:
+        # The answer the API gave while this rule lived in its serializer, kept for clients.
+        raise ApiError(
+            code="validation_error",
+            message="Some fields are missing or invalid; see details.",
+            details={"memories": [f"A batch holds at most {MEMORY_BATCH_MAX} memories."]},
+        )
     now = timezone.now()
     for index, draft in enumerate(drafts):
         problem = _memory_problem(draft, now)

@@ -9,7 +9,12 @@ from config.api import ApiError
 from ledger.models import Event
 from ledger.projections import projection_rebuild, registered_projections
 from memory.episodic.sealing import SealBroken, unseal
-from memory.episodic.services import MemoryDraft, memories_store, memory_delete
+from memory.episodic.services import (
+    MEMORY_BATCH_MAX,
+    MemoryDraft,
+    memories_store,
+    memory_delete,
+)
 from memory.models import Memory, MemoryKey
 
 pytestmark = pytest.mark.django_db
@@ -178,3 +183,14 @@ def test_memories_stored_during_an_outage_are_embedded_later(agent, settings):
 
     assert (filled, again) == (1, 0)
     assert len(Memory.objects.get(pk=memory.pk).embedding) == 384
+
+
+def test_the_store_service_refuses_more_than_a_batch_whoever_calls_it(agent, no_embedder):
+    drafts = [MemoryDraft(content=f"memory {i}") for i in range(MEMORY_BATCH_MAX + 1)]
+
+    with pytest.raises(ApiError) as raised:
+        memories_store(agent=agent, drafts=drafts, actor="x")
+
+    assert raised.value.error_code == "validation_error"
+    assert not Memory.objects.exists()
+    assert len(memories_store(agent=agent, drafts=drafts[:MEMORY_BATCH_MAX], actor="x")) == 1000
