@@ -189,9 +189,9 @@ def _client(agent_name: str) -> tuple[Any, Any]:
 
 
 def bench_conversation(iterations: int, pages_per_iteration: int) -> None:
-    from memory.content_store import full_rendering
+    from memory.content.services import full_rendering
+    from memory.context.tokens import token_count
     from memory.models import ContentItem
-    from memory.tokens import token_count
 
     started = time.perf_counter()
     run = build_run(iterations, pages_per_iteration)

@@ -1,5 +1,5 @@
-"""How many threads one short text's embedding should run on (memory.local_embedder), and what
-a second onnxruntime session for it would cost in memory.
+"""How many threads one short text's embedding should run on (memory.embeddings.local_embedder), and
+what a second onnxruntime session for it would cost in memory.
 
     python bench/embedding_threads.py               # 400 query-length texts, about 10 s
     python bench/embedding_threads.py --busy 1      # with one spinning process beside it
@@ -70,7 +70,7 @@ def main() -> None:
 
     import numpy as np
 
-    from memory.local_embedder import LocalEmbedder
+    from memory.embeddings.local_embedder import LocalEmbedder
 
     rng = np.random.default_rng(7)
     texts = [" ".join(rng.choice(WORDS, int(rng.integers(3, 9)))) for _ in range(args.texts)]

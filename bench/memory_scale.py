@@ -13,19 +13,20 @@ agree the way they do in real text. Sessions of 20 memories, a speaker per memor
 
 Loading, each step timed: the HNSW index is dropped; rows go in with binary COPY (psycopg) straight
 into memory_memory with every NOT NULL column filled and search_vector NULL; the keyword documents
-are computed by the service's own memory.search_index.search_documents_refresh on a sample (its
-rate is printed and extrapolated) and by a set-based equivalent for the rest (same document,
+are computed by the service's own memory.search.keyword_index.search_documents_refresh on a sample
+(its rate is printed and extrapolated) and by a set-based equivalent for the rest (same document,
 checked on a sample; BM25 statistics rebuilt in one statement per table); VACUUM ANALYZE; then the
 HNSW index is rebuilt from the model's definition (build time, pg_relation_size).
 
 Measured, each over ``--queries`` queries after a warm-up:
 
 * recall@10 against exact search (the same SQL with index scans off: a sequential scan) of
-  memory.selectors.memories_nearest for the big agent (no filter) and for the small agents (the
-  agent filter removes all but 1/(agents+1) of the rows), and of the search's semantic leg
-  (memory.search's SQL and row count, first 10) with the tag filter on the big agent (removes 90 %);
-* the database part of a search: memory.search.memory_candidates_query plus its SQL, run as the
-  service runs it (p50/p95), per case;
+  memory.search.selectors.memories_nearest for the big agent (no filter) and for the small agents
+  (the agent filter removes all but 1/(agents+1) of the rows), and of the search's semantic leg
+  (memory.search.legs's SQL and row count, first 10) with the tag filter on the big agent
+  (removes 90 %);
+* the database part of a search: memory.search.legs.memory_candidates_query plus its SQL, run
+  as the service runs it (p50/p95), per case;
 * the whole search over HTTP (POST /api/v1/memories/search/, client round trip, and took_ms).
 
 The small agents are the baseline measured in the same run: big/small ratios are printed.
@@ -70,7 +71,7 @@ TARGET_RECALL = 0.95
 WARM_UP = 10
 # --narrowed-variant: alternated rounds per setting.
 COMPARE_ROUNDS = 4
-SEMANTIC_LEG_ORDER = "relaxed_order"  # memory.search's, for the search's semantic leg
+SEMANTIC_LEG_ORDER = "relaxed_order"  # memory.search.legs', for the search's semantic leg
 # --warm: every query of a case once, untimed, before the timed pass (steady state: the pages a
 # case reads are in memory, as in a service that has been answering for a while).
 WARM_EVERY_QUERY = False
@@ -122,7 +123,7 @@ COPY_TYPES = (
 
 def hnsw_scan_configure(cursor: Any, *, ef_search: int, order: str = "strict_order") -> None:
     """The service's own session settings for an HNSW scan (imported once Django is set up)."""
-    from memory.selectors import hnsw_scan_configure as configure
+    from memory.search.plans import hnsw_scan_configure as configure
 
     configure(cursor, ef_search=ef_search, order=order)
 
@@ -247,7 +248,7 @@ def copy_rows(
     conn: Any, synthetic: Synthetic, tenant_id: int, agent: AgentRows, model: str
 ) -> float:
     """COPY the agent's memories in chunks; returns the seconds spent in COPY itself."""
-    from memory import policies
+    from memory.episodic import policies
 
     columns = ", ".join(COPY_COLUMNS)
     created = datetime.now(UTC)
@@ -300,11 +301,11 @@ def copy_rows(
     return copy_seconds
 
 
-# The keyword document of memory.search_index.REFRESH_SQL (its own dated line weighted A, then the
-# two lines before and after it in its session), for one agent's range of sessions at once: the
-# neighbours come from window functions instead of two index lookups per row. Chunks are whole
-# sessions, so no window crosses a chunk's edge. check_documents() compares the two on a sample,
-# so a change to the service's document shows up here as a mismatch.
+# The keyword document of memory.search.keyword_index.REFRESH_SQL (its own dated line weighted A,
+# then the two lines before and after it in its session), for one agent's range of sessions at
+# once: the neighbours come from window functions instead of two index lookups per row. Chunks are
+# whole sessions, so no window crosses a chunk's edge. check_documents() compares the two on a
+# sample, so a change to the service's document shows up here as a mismatch.
 SET_BASED_DOCUMENTS_SQL = """
 WITH lines AS (
     SELECT id, tenant_id, agent_id, session_id, occurred_at,
@@ -352,7 +353,7 @@ def keyword_documents_service(agent: AgentRows, rows: int) -> tuple[int, float]:
     from django.db import transaction
 
     from memory.models import Memory
-    from memory.search_index import search_documents_refresh
+    from memory.search.keyword_index import search_documents_refresh
 
     ids = list(
         Memory.objects.filter(agent_id=agent.id).order_by("id").values_list("id", flat=True)[:rows]
@@ -397,7 +398,7 @@ def check_documents(conn: Any, sample: int, seed: int) -> tuple[int, int]:
     """Recompute a random sample with the service's refresh and count identical documents."""
     from django.db import transaction
 
-    from memory.search_index import search_documents_refresh
+    from memory.search.keyword_index import search_documents_refresh
 
     ids = [
         int(r[0])
@@ -518,7 +519,8 @@ def recall_of_selector(
     """memories_nearest against the same SQL without the index: recall, latency (ms) and the
     exact answers (for the ef_search sweep)."""
     from ledger.models import Agent
-    from memory.selectors import ACTIVE_ROWS, SemanticPlan, memories_nearest, nearest_rows_sql
+    from memory.search.plans import ACTIVE_ROWS, SemanticPlan, nearest_rows_sql
+    from memory.search.selectors import memories_nearest
 
     agents = {q.agent.id: Agent.objects.get(pk=q.agent.id) for q in queries}
     result = Recall([], [])
@@ -544,7 +546,7 @@ def ef_search_sweep(
     small agents get), through Django's connection like the selector."""
     from django.db import connection, transaction
 
-    from memory.selectors import ACTIVE_ROWS, SemanticPlan, nearest_rows_sql
+    from memory.search.plans import ACTIVE_ROWS, SemanticPlan, nearest_rows_sql
 
     index_sql = nearest_rows_sql(ACTIVE_ROWS, SemanticPlan.INDEX, with_distance=True)
     rows = []
@@ -585,7 +587,7 @@ def hnsw_share(sql: str, queries: Sequence[Query], params_of: Callable[[Query], 
 
 def dense_leg_sql(filters: Any, agent_memories: int) -> str:
     """The search's semantic leg as the service builds it for an agent of this size."""
-    from memory import search
+    from memory.search import legs as search
 
     return search.dense_leg_sql(agent_memories, filters)
 
@@ -597,7 +599,7 @@ def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Re
     from django.utils import timezone
 
     from ledger.models import Agent
-    from memory import search
+    from memory.search import legs as search
 
     sql = dense_leg_sql(filters, queries[0].agent.count)
     result = Recall([], [])
@@ -619,13 +621,13 @@ def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Re
 
 
 def time_candidates_sql(queries: Sequence[Query], filters: Any) -> list[float]:
-    """The database part of a search, as memory.search runs it: the statistics query inside
-    memory_candidates_query, then the candidate SQL under the same session settings."""
+    """The database part of a search, as memory.search.legs runs it: the statistics query
+    inside memory_candidates_query, then the candidate SQL under the same session settings."""
     from django.db import connection, transaction
     from django.utils import timezone
 
     from ledger.models import Agent
-    from memory import search
+    from memory.search import legs as search
 
     agents = {q.agent.id: Agent.objects.get(pk=q.agent.id) for q in queries}
     latency = []
@@ -648,7 +650,8 @@ def time_candidates_sql(queries: Sequence[Query], filters: Any) -> list[float]:
 @contextlib.contextmanager
 def narrowed_settings(rows: int, ceiling: int) -> Iterator[None]:
     """The service with another row count and ef_search ceiling for narrowed HNSW searches."""
-    from memory import search, selectors
+    from memory.search import legs as search
+    from memory.search import plans as selectors
 
     saved = search.MEMORY_DENSE_CANDIDATES_NARROWED, selectors.HNSW_EF_SEARCH_MAX
     search.MEMORY_DENSE_CANDIDATES_NARROWED, selectors.HNSW_EF_SEARCH_MAX = rows, ceiling
@@ -663,7 +666,8 @@ def compare_narrowed(
 ) -> None:
     """The tag filter's database part with the service's settings and with ``variant`` (rows,
     ef_search ceiling), in alternated rounds so the machine's noise falls on both alike."""
-    from memory import search, selectors
+    from memory.search import legs as search
+    from memory.search import plans as selectors
 
     service = (search.MEMORY_DENSE_CANDIDATES_NARROWED, selectors.HNSW_EF_SEARCH_MAX)
     times: dict[tuple[int, int], list[float]] = {service: [], variant: []}
@@ -687,7 +691,7 @@ def time_legs(queries: Sequence[Query], filters: Any) -> dict[str, list[float]]:
     from django.utils import timezone
 
     from ledger.models import Agent
-    from memory import search
+    from memory.search import legs as search
 
     parts = {
         "statistics query": search.LEXEME_STATS_SQL,
@@ -723,7 +727,7 @@ def explain_candidates_sql(query: Query, filters: Any) -> list[str]:
     from django.utils import timezone
 
     from ledger.models import Agent
-    from memory import search
+    from memory.search import legs as search
 
     agent = Agent.objects.get(pk=query.agent.id)
     sql, params = search.memory_candidates_query(
@@ -760,7 +764,7 @@ def time_api(
 
 
 def time_query_embedding(texts: Sequence[str]) -> list[float]:
-    from memory.embeddings import embed_query
+    from memory.embeddings.backends import embed_query
 
     latency = []
     for number, text in enumerate([*texts[:WARM_UP], *texts]):
@@ -852,7 +856,7 @@ def load_dataset(
 ) -> list[AgentRows]:
     """Agents, memories (COPY), keyword documents and the HNSW index, each step timed."""
     from ledger.services import agent_create
-    from memory.embeddings import embedder_name
+    from memory.embeddings.backends import embedder_name
 
     big = agent_create(tenant=tenant, name="scale-big", actor="system")
     agents = [AgentRows(big.pk, big.name, args.memories, "big-")]
@@ -949,7 +953,7 @@ def report_recall(
 ) -> None:
     """recall@10 of each case against exact search, the plans chosen, and the index path's
     recall and latency at several hnsw.ef_search values."""
-    from memory.search import SearchFilters
+    from memory.search.legs import SearchFilters
 
     flagged = SearchFilters(tags=(FLAG_TAG,))
     total = sum(a.count for a in agents)
@@ -959,7 +963,7 @@ def report_recall(
     small_recall, nearest_small, small_exact = recall_of_selector(conn, small_queries, tenant_pk)
     flag_recall = recall_of_dense_leg(conn, big_queries, flagged)
     big_share = agents[0].count / total
-    from memory.selectors import nearest_sql
+    from memory.search.plans import nearest_sql
 
     def selector_params(q: Query) -> dict[str, Any]:
         return nearest_params(q, tenant_pk)
@@ -968,7 +972,7 @@ def report_recall(
         from django.utils import timezone
 
         from ledger.models import Agent
-        from memory.search import memory_candidates_query
+        from memory.search.legs import memory_candidates_query
 
         agent = Agent.objects.get(pk=q.agent.id)
         return memory_candidates_query(
@@ -1005,7 +1009,7 @@ def report_recall(
 def run(stack: Stack, args: argparse.Namespace) -> None:
     global WARM_EVERY_QUERY
     WARM_EVERY_QUERY = args.warm
-    from memory.search import SearchFilters
+    from memory.search.legs import SearchFilters
 
     conn = raw_connection()
     check_copy_columns(conn)

@@ -465,7 +465,7 @@ def bench_dissent_log(
     from django.utils import timezone
 
     from ledger.services import event_append
-    from memory.embeddings import embed_texts, embedder_name
+    from memory.embeddings.backends import embed_texts, embedder_name
     from trust.governance import services as governance
     from trust.models import Dissent
     from trust.rounds import selectors, services

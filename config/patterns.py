@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import re2
 
-# Without Django at import time: memory.policies, which must be, uses linear_compile. The
+# Without Django at import time: memory.episodic.policies, which must be, uses linear_compile. The
 # functions that answer a client import the API's error class when they run.
 
 # Instructions times bytes, RE2's worst case for one search (see above): about a second.

@@ -11,12 +11,13 @@ class MemoryConfig(AppConfig):
         from ledger.demo import demo_seeder_register
         from ledger.jobs import job_register
         from ledger.projections import agent_deletion_step_register, projection_register
+        from memory.context.working_memory import register_kinds
         from memory.demo import memory_demo_seed
-        from memory.knowledge_projection import KnowledgeProjection
-        from memory.projections import EventEmbeddingIndex, MemoryProjection
-        from memory.services import agent_memory_keys_shred
+        from memory.embeddings.projection import EventEmbeddingIndex
+        from memory.episodic.projection import MemoryProjection
+        from memory.episodic.services import agent_memory_keys_shred
+        from memory.knowledge.projection import KnowledgeProjection
         from memory.tasks import JOB_SPECS
-        from memory.working_memory import register_kinds
 
         projection_register(EventEmbeddingIndex())
         projection_register(MemoryProjection())

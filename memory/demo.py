@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from django.db import transaction
 
 from ledger.models import Agent, Tenant
-from memory.content_store import ItemDraft, action_result_record
+from memory.content.services import ItemDraft, action_result_record
+from memory.episodic.services import MemoryDraft, memories_store
 from memory.models import ContentItem, ContentItemType, Memory
-from memory.services import MemoryDraft, memories_store
 
 DEMO_TAG = "demo"
 

@@ -1,48 +1,40 @@
+"""The memory app's Celery tasks: thin, they call one service each. Their batching and
+resume logic lives in the services (``embeddings_backfill_batches``,
+``reflections_due_batches``, the lifecycle sweeps); ``JOB_SPECS`` registers the periodic ones."""
+
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
-from django.db.models import Max
 from django.utils.dateparse import parse_datetime
 
 from ledger.jobs import (
     JOB_TASK_OPTIONS,
-    Batch,
     Every,
     JobSpec,
-    batches_until_short,
-    job_progress,
     job_task_run,
 )
-from ledger.models import Event, Tenant
-from memory.embeddings import EmbeddingUnavailable
-from memory.lifecycle import (
+from ledger.models import Tenant
+from memory.embeddings.backends import EmbeddingUnavailable
+from memory.embeddings.services import (
+    embeddings_backfill_batches,
+    event_embeddings_build,
+)
+from memory.episodic.lifecycle import (
     memories_decay_sweep,
     memories_enforce_quota_sweep,
     memories_expire_sweep,
 )
-from memory.reflection import reflections_create_due
-from memory.services import (
-    event_embeddings_build,
-    events_embeddings_backfill,
-    memories_mark_retrieved,
-    memory_embeddings_backfill,
-)
+from memory.episodic.services import memories_mark_retrieved
+from memory.recall.services import reflections_due_batches
 
 DECAY_JOB = "memory.decay"
 TTL_JOB = "memory.ttl"
 QUOTA_JOB = "memory.quota"
 EMBEDDINGS_BACKFILL_JOB = "memory.embeddings_backfill"
 REFLECTIONS_JOB = "memory.reflections"
-
-EMBEDDING_BACKFILL_BATCH = 256
-# Events looked at per reflection batch: the runs they touch are checked for due reflections.
-REFLECTION_EVENT_SPAN = 5000
-# Events before the last watermark looked at again: commits land slightly out of id order.
-REFLECTION_OVERLAP = 200
 
 
 @shared_task(
@@ -95,60 +87,16 @@ def memories_enforce_quota_task(self: Task[Any, Any]) -> dict[str, Any]:
     )
 
 
-def _embedding_batches() -> Iterator[Batch]:
-    """Memories first (search reads their vectors), then events; each part until it is done.
-
-    An unavailable embedder ends the run quietly: nothing is lost, the next run tries again.
-    """
-    yield from batches_until_short(
-        lambda n: memory_embeddings_backfill(batch_size=n), batch_size=EMBEDDING_BACKFILL_BATCH
-    )
-    after = 0
-    while True:
-        try:
-            added, after = events_embeddings_backfill(
-                after_id=after, batch_size=EMBEDDING_BACKFILL_BATCH
-            )
-        except EmbeddingUnavailable:
-            return
-        yield Batch(rows=added, more=after != 0)
-        if after == 0:
-            return
-
-
 @shared_task(name="memory.tasks.embeddings_backfill", **JOB_TASK_OPTIONS)
 def embeddings_backfill_task(self: Task[Any, Any]) -> dict[str, Any]:
-    return job_task_run(self, name=EMBEDDINGS_BACKFILL_JOB, batches=_embedding_batches)
-
-
-def _reflection_batches() -> Iterator[Batch]:
-    """From the event id the last run reached to the newest event, in spans of events.
-
-    The first run ever starts at the newest event: reflections become due automatically from the
-    moment the jobs run, not retroactively for every past run (which could mean many LLM calls).
-    Later runs start ``REFLECTION_OVERLAP`` events before the watermark, because an event that
-    commits after a later-numbered one can land below it; checking a run again creates nothing.
-    """
-    top = int(Event.objects.aggregate(top=Max("id"))["top"] or 0)
-    progress = job_progress(REFLECTIONS_JOB)
-    start = (
-        max(0, int(progress["after_event_id"]) - REFLECTION_OVERLAP)
-        if "after_event_id" in progress
-        else top
-    )
-    if start >= top:
-        yield Batch(rows=0, more=False, details={"after_event_id": top})
-        return
-    while start < top:
-        end = min(start + REFLECTION_EVENT_SPAN, top)
-        created = reflections_create_due(after_event_id=start, up_to_event_id=end)
-        start = end
-        yield Batch(rows=created, more=start < top, details={"after_event_id": start})
+    return job_task_run(self, name=EMBEDDINGS_BACKFILL_JOB, batches=embeddings_backfill_batches)
 
 
 @shared_task(name="memory.tasks.reflections_trigger", **JOB_TASK_OPTIONS)
 def reflections_trigger_task(self: Task[Any, Any]) -> dict[str, Any]:
-    return job_task_run(self, name=REFLECTIONS_JOB, batches=_reflection_batches)
+    return job_task_run(
+        self, name=REFLECTIONS_JOB, batches=lambda: reflections_due_batches(job=REFLECTIONS_JOB)
+    )
 
 
 # The memory app's periodic jobs, registered with ledger.jobs by MemoryConfig.ready.

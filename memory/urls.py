@@ -1,27 +1,24 @@
 """The memory app's routes, in the shape every app's ``urls.py`` has: ``api_urlpatterns`` (under
-/api/v1/) and ``page_urlpatterns`` (the pages, under their own prefix and namespace)."""
+/api/v1/) and ``page_urlpatterns`` (the pages, under their own prefix and namespace), each the
+concatenation of its concepts' lists (``memory/<concept>/urls.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.urls import include, path
-from rest_framework.routers import SimpleRouter
 
-from memory import views
-from memory.api import MemoryViewSet, RecallViewSet, ReflectionViewSet
-from memory.content_urls import api_router as content_api
-from memory.kb_urls import api_router as kb_api
+from memory.content import urls as content
+from memory.context import urls as context
+from memory.episodic import urls as episodic
+from memory.knowledge import urls as knowledge
+from memory.recall import urls as recall
 
-api_router = SimpleRouter()
-api_router.register("recall", RecallViewSet, basename="recall")
-api_router.register("reflections", ReflectionViewSet, basename="reflection")
-api_router.register("memories", MemoryViewSet, basename="memory")
+# The order of the routes before the split, so every path resolves as it did.
+CONCEPTS = (recall, episodic, knowledge, context, content)
 
-api_urlpatterns: list[Any] = [*api_router.urls, *kb_api.urls, *content_api.urls]
-
-_pages = [
-    path("", views.explorer, name="explorer"),
-    path("token-savings/", views.token_savings, name="token_savings"),
+api_urlpatterns: list[Any] = [
+    pattern for concept in CONCEPTS for pattern in concept.api_urlpatterns
 ]
+_pages = [pattern for concept in CONCEPTS for pattern in concept.page_urlpatterns]
 page_urlpatterns: list[Any] = [path("memory/", include((_pages, "memory")))]

@@ -18,8 +18,8 @@ from rest_framework.test import APIClient
 from config import database, embedded, embedded_redis
 from ledger import services
 from ledger.models import Agent, ApiKey, Role, Tenant
-from memory.embeddings import embedder_reset
-from memory.local_embedder import DIMENSIONS
+from memory.embeddings.backends import embedder_reset
+from memory.embeddings.local_embedder import DIMENSIONS
 from tests.standins import StandIn, openai_standin
 
 _started_here: list[Callable[[embedded.EmbeddedLayout], None]] = []

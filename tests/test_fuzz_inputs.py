@@ -30,9 +30,9 @@ from config.api import MAX_JSON_DEPTH
 from config.datetimes import client_datetime_parse
 from ledger import services
 from ledger.models import Role
-from memory.content_store import ItemDraft, content_item_store
-from memory.local_embedder import DIMENSIONS
-from memory.services import MemoryDraft, memories_store
+from memory.content.services import ItemDraft, content_item_store
+from memory.embeddings.local_embedder import DIMENSIONS
+from memory.episodic.services import MemoryDraft, memories_store
 from tests.openapi_operations import (
     OPERATIONS,
     PAGINATED,

@@ -17,23 +17,18 @@ from django.test import Client
 from ledger import services
 from ledger.models import Agent, Event, Role
 from ledger.projections import registered_projections
-from memory.content_store import (
+from memory.content.services import (
     ItemDraft,
     action_result_record,
     content_item_store,
     content_snapshot_create,
     content_snapshot_restore,
 )
-from memory.knowledge import DocumentFields, knowledge_document_create
+from memory.embeddings.services import event_embeddings_build
+from memory.episodic.sealing import unseal
+from memory.episodic.services import MemoryDraft, memories_store, memory_delete, memory_update
+from memory.knowledge.services import DocumentFields, knowledge_document_create
 from memory.models import ContentItem, KnowledgeDocument, Memory, MemoryKey
-from memory.sealing import unseal
-from memory.services import (
-    MemoryDraft,
-    event_embeddings_build,
-    memories_store,
-    memory_delete,
-    memory_update,
-)
 from trust.governance.services import CriterionDraft, rubric_proposal_open, rubric_version_create
 from trust.models import Dissent, GamingFlag, Override, RubricProposal
 from trust.rounds.overrides import override_log, override_revert

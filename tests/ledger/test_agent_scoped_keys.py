@@ -19,7 +19,8 @@ from django.db import IntegrityError, transaction
 from config.api import ApiError
 from ledger.models import Agent, ApiKey, Event, RecallSettings, Role
 from ledger.services import api_key_create, event_append
-from memory.content_store import content_items_visible, content_snapshot_create
+from memory.content.selectors import content_items_visible
+from memory.content.services import content_snapshot_create
 from memory.models import ContentAttachment, ContentItem, ContentSnapshot, KnowledgeDocument, Memory
 from tests.endpoints import Endpoint
 from tests.ledger.test_isolation import (  # noqa: F401 (victim is a fixture)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ledger.models import Event, IdempotencyRecord, Role
-from memory.services import MemoryDraft, memories_store
+from memory.episodic.services import MemoryDraft, memories_store
 
 pytestmark = pytest.mark.django_db
 

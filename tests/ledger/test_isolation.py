@@ -15,9 +15,9 @@ from rest_framework.test import APIClient
 from ledger.models import Agent, ApiKey, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.services import api_key_revoke
-from memory.knowledge import DocumentFields, knowledge_document_create
+from memory.episodic.services import MemoryDraft, memories_store
+from memory.knowledge.services import DocumentFields, knowledge_document_create
 from memory.models import KnowledgeDocument, Memory
-from memory.services import MemoryDraft, memories_store
 from tests.endpoints import Endpoint
 from tests.ledger.test_chain import append_n
 from tests.memory.isolation_content import (

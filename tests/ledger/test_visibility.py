@@ -141,6 +141,6 @@ def test_a_derived_event_records_the_kinds_behind_its_sources_too():
 
 
 def test_reflections_are_written_under_a_kind_the_rule_treats_as_derived():
-    from memory.reflection import REFLECTED
+    from memory.recall.services import REFLECTED
 
     assert REFLECTED in DERIVED_KINDS

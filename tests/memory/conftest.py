@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.embeddings import embedder_reset
+from memory.embeddings.backends import embedder_reset
 from tests.standins import openai_standin
 
 

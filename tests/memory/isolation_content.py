@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.models import Agent, Role, Tenant
-from memory.content_store import (
+from memory.content.selectors import content_items_visible
+from memory.content.services import (
     ItemDraft,
     action_result_record,
     content_item_store,
-    content_items_visible,
     content_snapshot_create,
 )
 from memory.models import ContentAttachment, ContentItem, ContentSnapshot

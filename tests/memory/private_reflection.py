@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ledger.models import Agent, Event
 from ledger.services import EventDraft, events_append
-from memory.reflection import reflection_create_if_due
-from memory.services import event_embeddings_build
+from memory.embeddings.services import event_embeddings_build
+from memory.recall.services import reflection_create_if_due
 
 SECRET = "periwinkle"
 # What the thoughts and their reflection say; queries name the word but never say this.

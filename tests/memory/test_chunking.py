@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memory.chunking import MAX_CHUNK_CHARS, chunk_body
+from memory.knowledge.chunking import MAX_CHUNK_CHARS, chunk_body
 
 
 def sentence(i: int) -> str:

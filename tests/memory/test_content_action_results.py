@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from ledger.models import Event, Role
-from memory.compaction import Content, html_to_text, url_base
-from memory.content_store import ItemDraft, action_result_record
+from memory.content.compaction import Content, html_to_text, url_base
+from memory.content.services import ItemDraft, action_result_record
+from memory.context.tokens import token_count
 from memory.models import ContentItem
-from memory.tokens import token_count
 from tests.concurrency import run_concurrently
 from tests.standins import openai_standin
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ledger.models import Event, Role
-from memory.knowledge import DocumentFields, knowledge_document_create
-from memory.services import MemoryDraft, memories_store
-from memory.working_memory import TRUNCATION_KIND
+from memory.context.working_memory import TRUNCATION_KIND
+from memory.episodic.services import MemoryDraft, memories_store
+from memory.knowledge.services import DocumentFields, knowledge_document_create
 
 pytestmark = pytest.mark.django_db
 

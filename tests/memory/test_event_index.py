@@ -7,9 +7,9 @@ import pytest
 from ledger.models import Event, Role
 from ledger.projections import projection_rebuild, registered_projections
 from ledger.services import EventDraft, events_append
-from memory.embeddings import EmbeddingUnavailable
+from memory.embeddings.backends import EmbeddingUnavailable
+from memory.embeddings.services import event_embeddings_build
 from memory.models import EventEmbedding
-from memory.services import event_embeddings_build
 
 
 def index_projection():

@@ -9,11 +9,11 @@ from django.utils import timezone
 
 from ledger.models import Event, JobRun, RecallSettings
 from ledger.services import event_append
-from memory.embeddings import embedder_reset
-from memory.lifecycle import memories_enforce_quota_sweep, memories_expire
-from memory.local_embedder import DIMENSIONS
+from memory.embeddings.backends import embedder_reset
+from memory.embeddings.local_embedder import DIMENSIONS
+from memory.episodic.lifecycle import memories_enforce_quota_sweep, memories_expire
+from memory.episodic.services import MemoryDraft, memories_store
 from memory.models import EventEmbedding, Memory
-from memory.services import MemoryDraft, memories_store
 from memory.tasks import embeddings_backfill_task, reflections_trigger_task
 from tests.memory.test_search import lexemes
 from tests.standins import openai_standin

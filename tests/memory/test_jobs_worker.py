@@ -29,8 +29,8 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from ledger.jobs import JOBS, job_schedules_ensure
 from ledger.models import Event, JobRun
+from memory.episodic.services import MemoryDraft, memories_store
 from memory.models import Memory
-from memory.services import MemoryDraft, memories_store
 from memory.tasks import (
     memories_decay_task,
     memories_enforce_quota_task,

@@ -10,23 +10,25 @@ from django.db import connection
 from config.api import ApiError
 from ledger.models import Event
 from ledger.projections import projection_rebuild, registered_projections, reserved_kinds
-from memory.knowledge import (
-    KB_EVENT_KINDS,
-    DocumentFields,
+from memory.episodic.sealing import unseal
+from memory.knowledge.selectors import (
     knowledge_candidates,
     knowledge_candidates_query,
+    knowledge_search,
+    skill_find,
+    skills_for_agent,
+)
+from memory.knowledge.services import (
+    KB_EVENT_KINDS,
+    DocumentFields,
     knowledge_chunks_embed_backfill,
     knowledge_document_create,
     knowledge_document_delete,
     knowledge_document_publish,
     knowledge_document_unpublish,
     knowledge_document_update,
-    knowledge_search,
-    skill_find,
-    skills_for_agent,
 )
 from memory.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKey
-from memory.sealing import unseal
 
 pytestmark = pytest.mark.django_db
 
@@ -268,7 +270,7 @@ def test_a_bad_edit_changes_nothing(tenant, no_embedder, changes, code):
 
 
 def test_chunks_published_during_an_embedder_outage_are_embedded_later(tenant, settings):
-    from memory.embeddings import embedder_reset
+    from memory.embeddings.backends import embedder_reset
 
     settings.EMBEDDING_BACKEND = "openai"
     settings.EMBEDDING_URL = "http://127.0.0.1:9/v1"
@@ -340,7 +342,7 @@ def test_a_query_with_no_words_finds_nothing_and_does_not_fail(tenant, no_embedd
 def test_drafts_and_another_tenants_chunks_are_never_candidates(tenant, other_tenant):
     create(tenant, title="Draft policy", body="Refunds are handled by robots.")
     create(other_tenant, publish=True)
-    from memory.embeddings import embed_query
+    from memory.embeddings.backends import embed_query
 
     vector = embed_query("refund")
 
@@ -348,7 +350,7 @@ def test_drafts_and_another_tenants_chunks_are_never_candidates(tenant, other_te
 
 
 def test_every_candidate_has_its_cosine_when_the_query_has_a_vector(tenant):
-    from memory.embeddings import embed_query
+    from memory.embeddings.backends import embed_query
 
     create(tenant, publish=True)
 
@@ -459,7 +461,7 @@ def test_knowledge_search_refuses_an_empty_query(tenant, no_embedder):
 def test_memory_search_finds_published_chunks_as_its_knowledge_base_source(
     tenant, make_agent, no_embedder
 ):
-    from memory.search import memories_search
+    from memory.search.selectors import memories_search
 
     agent = make_agent(tenant, name="Atlas")
     document = create(tenant, publish=True)

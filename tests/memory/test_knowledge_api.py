@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ledger.models import Event, Role
-from memory.knowledge import KB_EVENT_KINDS
+from memory.knowledge.services import KB_EVENT_KINDS
 from memory.models import KnowledgeChunk, KnowledgeDocument
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ from django.utils import timezone
 
 from ledger.models import Event
 from ledger.projections import projection_rebuild, registered_projections
-from memory.lifecycle import memories_decay, memories_enforce_quota, memories_expire
+from memory.episodic.lifecycle import memories_decay, memories_enforce_quota, memories_expire
+from memory.episodic.services import MemoryDraft, memories_store
 from memory.models import Memory, MemoryKey
-from memory.services import MemoryDraft, memories_store
 
 pytestmark = pytest.mark.django_db
 

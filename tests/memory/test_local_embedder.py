@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from memory.embeddings import embed_texts, embedder, embedder_reset
-from memory.local_embedder import DIMENSIONS, LocalEmbedder
+from memory.embeddings.backends import embed_texts, embedder, embedder_reset
+from memory.embeddings.local_embedder import DIMENSIONS, LocalEmbedder
 
 
 @pytest.fixture(scope="module")

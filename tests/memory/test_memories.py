@@ -8,9 +8,14 @@ from django.utils import timezone
 from config.api import ApiError
 from ledger.models import Event
 from ledger.projections import projection_rebuild, registered_projections
+from memory.episodic.sealing import SealBroken, unseal
+from memory.episodic.services import (
+    MEMORY_BATCH_MAX,
+    MemoryDraft,
+    memories_store,
+    memory_delete,
+)
 from memory.models import Memory, MemoryKey
-from memory.sealing import SealBroken, unseal
-from memory.services import MemoryDraft, memories_store, memory_delete
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +91,7 @@ def test_deleting_a_memory_shreds_its_content_in_the_ledger(tenant, agent, no_em
 
 
 def _any_key() -> str:
-    from memory.sealing import key_new
+    from memory.episodic.sealing import key_new
 
     return key_new()
 
@@ -157,8 +162,8 @@ def test_the_memories_table_rebuilds_from_the_ledger(tenant, agent, no_embedder)
 
 
 def test_memories_stored_during_an_outage_are_embedded_later(agent, settings):
-    from memory.embeddings import embedder_reset
-    from memory.services import memory_embeddings_backfill
+    from memory.embeddings.backends import embedder_reset
+    from memory.episodic.services import memory_embeddings_backfill
 
     settings.EMBEDDING_BACKEND = "openai"
     settings.EMBEDDING_URL = "http://127.0.0.1:9/v1"
@@ -178,3 +183,14 @@ def test_memories_stored_during_an_outage_are_embedded_later(agent, settings):
 
     assert (filled, again) == (1, 0)
     assert len(Memory.objects.get(pk=memory.pk).embedding) == 384
+
+
+def test_the_store_service_refuses_more_than_a_batch_whoever_calls_it(agent, no_embedder):
+    drafts = [MemoryDraft(content=f"memory {i}") for i in range(MEMORY_BATCH_MAX + 1)]
+
+    with pytest.raises(ApiError) as raised:
+        memories_store(agent=agent, drafts=drafts, actor="x")
+
+    assert raised.value.error_code == "validation_error"
+    assert not Memory.objects.exists()
+    assert len(memories_store(agent=agent, drafts=drafts[:MEMORY_BATCH_MAX], actor="x")) == 1000

@@ -192,3 +192,19 @@ def test_updating_a_memory_is_logged_sealed_and_survives_a_rebuild(tenant, clien
     projection = next(p for p in registered_projections() if p.name == "memories")
     assert projection_rebuild(projection=projection, tenant=tenant) is True
     assert Memory.objects.get(pk=memory["id"]).content == "final plan: launch Monday"
+
+
+def test_a_batch_over_the_cap_is_refused_and_stores_nothing(client):
+    response = client.post(
+        "/api/v1/memories/batch/",
+        {"memories": [{"content": f"memory {i}"} for i in range(1001)]},
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "validation_error",
+        "message": "Some fields are missing or invalid; see details.",
+        "details": {"memories": ["A batch holds at most 1000 memories."]},
+    }
+    assert not Memory.objects.exists()

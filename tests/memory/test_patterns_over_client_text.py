@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from memory.policies import memory_type_infer
+from memory.episodic.policies import memory_type_infer
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory.policies import (
+from memory.episodic.policies import (
     APPROVAL,
     CONVERSATION,
     DECISION,

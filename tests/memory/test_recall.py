@@ -6,9 +6,9 @@ import pytest
 
 from ledger.models import Event, RecallSettings, Role
 from ledger.services import EventDraft, events_append
+from memory.embeddings.services import event_embeddings_build
 from memory.models import EventEmbedding
-from memory.recall import recall_episodic, recall_salience
-from memory.services import event_embeddings_build
+from memory.recall.selectors import recall_episodic, recall_salience
 
 pytestmark = pytest.mark.django_db
 

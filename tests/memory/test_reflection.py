@@ -4,8 +4,8 @@ import pytest
 
 from ledger.models import Event, RecallSettings, Role
 from ledger.services import EventDraft, events_append
-from memory.recall import recall_episodic, recall_salience
-from memory.reflection import (
+from memory.recall.selectors import recall_episodic, recall_salience
+from memory.recall.services import (
     reflection_create_if_due,
     reflection_state,
     reflections_create_due,

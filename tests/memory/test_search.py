@@ -12,24 +12,20 @@ from django.utils import timezone
 
 from ledger.models import Role
 from ledger.services import event_append
-from memory import selectors
-from memory.lifecycle import memories_expire
+from memory.episodic.lifecycle import memories_expire
+from memory.episodic.services import MemoryDraft, memories_store, memory_delete, memory_update
 from memory.models import Memory, MemorySearchTotals, MemoryTerm
-from memory.search import (
-    AGENT_MEMORY,
-    AUDIT_LOG,
-    SOURCES,
-    WORKFLOW_STEPS,
+from memory.search import plans as selectors
+from memory.search.legs import (
     SearchFilters,
-    SearchWeights,
     filtered_where,
-    memories_search,
     memory_candidates_query,
     semantic_share,
     tsquery_any,
 )
-from memory.selectors import SemanticPlan, hnsw_ef_search, nearest_rows_sql
-from memory.services import MemoryDraft, memories_store, memory_delete, memory_update
+from memory.search.plans import SemanticPlan, hnsw_ef_search, nearest_rows_sql
+from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, SOURCES, WORKFLOW_STEPS, SearchWeights
+from memory.search.selectors import memories_search
 from tests.memory.private_reflection import SECRET, SECRET_QUERY, private_reflection_made
 
 pytestmark = pytest.mark.django_db
@@ -424,7 +420,7 @@ def test_bad_search_input_is_a_400_with_a_code(client, body, code):
 def test_a_caller_may_send_the_query_vector_it_already_has(client, agent, monkeypatch):
     """The vector given ranks the semantic leg and the service embeds nothing: here it points
     at a memory sharing no word with the query text."""
-    from memory import search
+    from memory.search import selectors as search
 
     direction = [0.0] * 384
     direction[7] = 1.0
@@ -470,7 +466,7 @@ def test_returned_memories_get_retrieval_statistics_from_the_worker_and_a_rebuil
 ):
     from ledger.models import Event
     from ledger.projections import projection_rebuild
-    from memory.projections import MemoryProjection
+    from memory.episodic.projection import MemoryProjection
 
     found, _ = store(agent, "the vault code is 1234", "nothing to see", start=timezone.now())
 
@@ -495,7 +491,7 @@ def test_returned_memories_get_retrieval_statistics_from_the_worker_and_a_rebuil
 def test_concurrent_writers_in_one_session_neither_deadlock_nor_skew_the_statistics(
     agent, other_agent
 ):
-    from memory.lifecycle import memories_decay
+    from memory.episodic.lifecycle import memories_decay
     from tests.concurrency import run_concurrently
 
     seeded = store(agent, *[f"seed {i} shared words apples" for i in range(12)])

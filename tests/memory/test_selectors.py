@@ -6,10 +6,11 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from memory import selectors
+from memory.episodic.services import MemoryDraft, memories_store
 from memory.models import Memory
-from memory.selectors import memories_nearest, nearest_sql
-from memory.services import MemoryDraft, memories_store
+from memory.search import plans as selectors
+from memory.search.plans import nearest_sql
+from memory.search.selectors import memories_nearest
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ import threading
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from memory import tokens
-from memory.tokens import token_count, truncate_to_tokens
+from memory.context import tokens
+from memory.context.tokens import token_count, truncate_to_tokens
 
 # Counts (and ids, in the comments) from tiktoken itself with OpenAI's published vocabularies.
 KNOWN_COUNTS = [

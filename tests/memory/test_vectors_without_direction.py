@@ -17,11 +17,11 @@ from django.db import connection
 
 from ledger.models import Event
 from ledger.services import event_append
-from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name, unit_vector
-from memory.knowledge import DocumentFields, knowledge_document_create
-from memory.local_embedder import DIMENSIONS
+from memory.embeddings.backends import EmbeddingUnavailable, embed_texts, embedder_name, unit_vector
+from memory.embeddings.local_embedder import DIMENSIONS
+from memory.episodic.services import MemoryDraft, memories_store, memory_embeddings_backfill
+from memory.knowledge.services import DocumentFields, knowledge_document_create
 from memory.models import EventEmbedding, KnowledgeChunk, Memory
-from memory.services import MemoryDraft, memories_store, memory_embeddings_backfill
 from trust.models import DissentEmbedding
 from trust.rounds.services import dissent_log
 

@@ -11,16 +11,12 @@ import pytest
 from django.utils import timezone
 from pytest_django.asserts import assertContains, assertNotContains, assertRedirects
 
-from memory.content_store import (
-    ItemDraft,
-    action_result_record,
-    content_run_savings,
-    content_runs_savings,
-)
+from memory.content.selectors import content_run_savings, content_runs_savings
+from memory.content.services import ItemDraft, action_result_record
+from memory.episodic.services import MemoryDraft, memories_store
+from memory.episodic.views import bar_step
 from memory.models import ContentItem, Memory
-from memory.search import memories_search
-from memory.services import MemoryDraft, memories_store
-from memory.views import bar_step
+from memory.search.selectors import memories_search
 
 pytestmark = pytest.mark.django_db
 
@@ -201,7 +197,7 @@ def test_archived_and_expired_memories_are_listed_apart_and_marked(agent, review
 def test_exploring_does_not_count_as_the_agent_retrieving(agent, reviewer_client):
     (memory,) = store(agent, "The incident review is on Monday.")
 
-    with mock.patch("memory.search._mark_retrieved") as mark:
+    with mock.patch("memory.search.selectors._mark_retrieved") as mark:
         response = reviewer_client.get("/memory/", {"agent": agent.pk, "q": "incident review"})
 
     assert hit_ids(response) == [memory.pk]

@@ -11,8 +11,8 @@ import pytest
 from config.api import ApiError
 from ledger.models import Event
 from ledger.projections import reserved_kinds
-from memory.tokens import token_count
-from memory.working_memory import (
+from memory.context.tokens import token_count
+from memory.context.working_memory import (
     MESSAGE_OVERHEAD_TOKENS,
     SUMMARY_MAX_TOKENS,
     TRUNCATION_KIND,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from memory.embeddings import embedder_reset
+from memory.embeddings.backends import embedder_reset
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from config.api import ApiError
 from ledger.models import Event
-from memory.local_embedder import DIMENSIONS
+from memory.embeddings.local_embedder import DIMENSIONS
 from tests.standins import hashed_bag_of_words
 from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import (
@@ -277,8 +277,8 @@ def test_a_dissent_logged_while_the_embedder_is_down_has_unknown_novelty_and_is_
     assert (dissent.novelty, dissent.novelty_known) == (0.0, False)
     assert dissent_embeddings_backfill(batch_size=10) == 0  # still down: nothing, no error
 
-    from memory.embeddings import embedder_reset
-    from memory.local_embedder import DIMENSIONS
+    from memory.embeddings.backends import embedder_reset
+    from memory.embeddings.local_embedder import DIMENSIONS
     from tests.standins import openai_standin
 
     with openai_standin(dimensions=DIMENSIONS) as standin:

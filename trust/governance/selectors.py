@@ -244,8 +244,8 @@ def trust_metrics(
     counted = [f.name for f in fields(MetricCounts)]
     buckets = [
         MetricBucket(
-            start=row["start"].replace(tzinfo=UTC),
-            counts=MetricCounts(**{name: int(row[name]) for name in counted}),
+            start=row.start.replace(tzinfo=UTC),
+            counts=MetricCounts(**{name: int(getattr(row, name)) for name in counted}),
         )
         for row in rows
     ]

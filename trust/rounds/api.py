@@ -23,7 +23,7 @@ from config.api import CursorPagination
 from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Role
 from ledger.scoping import TenantScopedViewSet
-from memory.api import agent_for_caller
+from memory.episodic.api import agent_for_caller
 from trust.rounds import overrides, services
 from trust.rounds.models import Dissent, Override, Round
 from trust.rounds.serializers import (

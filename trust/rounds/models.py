@@ -13,7 +13,7 @@ from django.db import models
 from pgvector.django import HnswIndex, VectorField
 
 from ledger.models import Agent, TenantOwned
-from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 
 
 class Round(TenantOwned):

@@ -185,7 +185,7 @@ def overrides_mark_reverted(
 def _after_revert(
     *,
     tenant: Tenant,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[Any],
     reverted_by: str,
     reason: str,
     actor: str,
@@ -195,7 +195,7 @@ def _after_revert(
     ``agent_id`` as the UPDATE returned them."""
     if not rows:
         return []
-    ids = sorted(int(row["id"]) for row in rows)
+    ids = sorted(int(row.id) for row in rows)
     event_append(
         tenant=tenant,
         kind="override.reverted",
@@ -210,7 +210,7 @@ def _after_revert(
     )
     trust_recompute(
         tenant=tenant,
-        agent_ids=sorted({int(row["agent_id"]) for row in rows}),
+        agent_ids=sorted({int(row.agent_id) for row in rows}),
         reason="override_regret",
         now=now,
     )
@@ -276,7 +276,7 @@ def overrides_infer_regret(
     else:
         with connection.cursor() as cursor:
             cursor.execute(_INFER_TENANTS_SQL, {"now": moment})
-            tenant_ids = [int(row["tenant_id"]) for row in rows_named(cursor)]
+            tenant_ids = [int(row.tenant_id) for row in rows_named(cursor)]
         tenants = list(Tenant.objects.filter(pk__in=tenant_ids).order_by("pk"))
     sql = _INFER_SQL.format(round_filter="AND r.id = %(round)s" if round is not None else "")
     marked = 0

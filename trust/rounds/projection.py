@@ -220,7 +220,7 @@ class TrustProjection:
                 cursor.execute(digest_sql, [tenant.pk])
                 row = row_named(cursor)
                 assert row is not None  # an aggregate without GROUP BY answers one row
-                picture[table] = (int(row["n"]), str(row["digest"]))
+                picture[table] = (int(row.n), str(row.digest))
         return picture
 
     def reset(self, *, tenant: Tenant) -> None:
@@ -245,7 +245,7 @@ class TrustProjection:
                 [tenant.pk],
             )
             self._proposal_links = [
-                (int(row["proposal_id"]), int(row["override_id"])) for row in rows_named(cursor)
+                (int(row.proposal_id), int(row.override_id)) for row in rows_named(cursor)
             ]
             for table in _REPLAYED_TABLES:
                 delete_sql = f"DELETE FROM {table} WHERE tenant_id = %s"  # noqa: S608 (constant)

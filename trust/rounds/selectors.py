@@ -18,7 +18,7 @@ from django.utils import timezone
 from config.api import ApiError
 from config.sql import row_named
 from ledger.models import Agent, Event, Tenant
-from memory.selectors import cosine_similarity_sql, hnsw_scan_configure, vector_literal
+from memory.search.plans import cosine_similarity_sql, hnsw_scan_configure, vector_literal
 from trust.rounds.models import Dissent, Override
 
 # HNSW candidate list for the nearest earlier dissent, in strict order. bench/trust_bench.py
@@ -65,7 +65,7 @@ def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | 
             {"vector": vector_literal(vector), "tenant": agent.tenant_id, "agent": agent.pk},
         )
         row = row_named(cursor)
-    return None if row is None or row["similarity"] is None else float(row["similarity"])
+    return None if row is None or row.similarity is None else float(row.similarity)
 
 
 def recent_dissents(*, agent: Agent, limit: int = 100) -> list[Dissent]:

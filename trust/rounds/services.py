@@ -21,8 +21,9 @@ from config.api import ApiError, Conflict
 from ledger.jobs import Batch, batches_until_short
 from ledger.models import Agent, Tenant
 from ledger.services import EventDraft, event_append, tenant_write_lock
-from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name
-from memory.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.embeddings.backends import EmbeddingUnavailable, embed_texts, embedder_name
+from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from trust.governance import services as governance
 from trust.governance.models import RubricVersion
 from trust.governance.selectors import rubric_current
@@ -44,9 +45,6 @@ logger = logging.getLogger(__name__)
 
 
 EMBEDDING_BATCH = 64
-
-
-BACKFILL_BATCH = 256  # dissents per backfill call, the job's and a direct call's
 
 
 # --- Rounds ------------------------------------------------------------------------------------
@@ -445,7 +443,7 @@ def dissent_set_impact(
     return locked
 
 
-def dissent_embeddings_backfill(*, batch_size: int = BACKFILL_BATCH) -> int:
+def dissent_embeddings_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) -> int:
     """Embed dissents logged while the embedder was down. Returns rows added; idempotent.
 
     Their depth stays as logged (it is in the ledger); the vectors only serve the novelty of
@@ -480,7 +478,7 @@ def dissent_embeddings_backfill(*, batch_size: int = BACKFILL_BATCH) -> int:
 
 
 def dissent_embeddings_backfill_batches() -> Iterator[Batch]:
-    """The backfill job (trust.tasks): batches of BACKFILL_BATCH until one comes back short."""
+    """The backfill job (trust.tasks): full batches until one comes back short."""
     return batches_until_short(
-        lambda n: dissent_embeddings_backfill(batch_size=n), batch_size=BACKFILL_BATCH
+        lambda n: dissent_embeddings_backfill(batch_size=n), batch_size=EMBEDDING_BACKFILL_BATCH
     )

@@ -125,23 +125,23 @@ def trust_evidence(
     evidence = {}
     for row in rows:
         dissents_known, impactful, dissent_window = _windowed(
-            int(row["known_recent"]),
-            int(row["impactful_recent"]),
-            int(row["known_all"]),
-            int(row["impactful_all"]),
+            int(row.known_recent),
+            int(row.impactful_recent),
+            int(row.known_all),
+            int(row.impactful_all),
         )
         overrides, regretted, override_window = _windowed(
-            int(row["overrides_recent"]),
-            int(row["regretted_recent"]),
-            int(row["overrides_all"]),
-            int(row["regretted_all"]),
+            int(row.overrides_recent),
+            int(row.regretted_recent),
+            int(row.overrides_all),
+            int(row.regretted_all),
         )
-        evidence[int(row["agent_id"])] = TrustEvidence(
+        evidence[int(row.agent_id)] = TrustEvidence(
             dissents_known=dissents_known,
             dissents_impactful=impactful,
             dissents_window=dissent_window,
-            depth_count=int(row["depth_n"]),
-            depth_sum=float(row["depth_total"]),
+            depth_count=int(row.depth_n),
+            depth_sum=float(row.depth_total),
             overrides=overrides,
             overrides_regretted=regretted,
             overrides_window=override_window,
@@ -206,11 +206,11 @@ def long_term_stats(*, agent: Agent, now: datetime | None = None) -> LongTermSta
         row = row_named(cursor)
     assert row is not None  # a SELECT without FROM answers one row
     return LongTermStats(
-        avg_dissent_depth_last_90d=None if row["depth"] is None else float(row["depth"]),
-        dissent_impact_ratio_last_90d=None if row["impact"] is None else float(row["impact"]),
-        total_overrides=int(row["overrides"]),
-        regret_rate_last_90d=None if row["regret"] is None else float(row["regret"]),
-        total_dissents=int(row["dissents"]),
+        avg_dissent_depth_last_90d=None if row.depth is None else float(row.depth),
+        dissent_impact_ratio_last_90d=None if row.impact is None else float(row.impact),
+        total_overrides=int(row.overrides),
+        regret_rate_last_90d=None if row.regret is None else float(row.regret),
+        total_dissents=int(row.dissents),
     )
 
 
@@ -351,7 +351,7 @@ def trust_sparklines(
         rows = rows_named(cursor)
     lines: dict[int, list[float]] = {int(agent_id): [] for agent_id in agent_ids}
     for row in rows:
-        lines[int(row["agent_id"])].append(float(row["score"]))
+        lines[int(row.agent_id)].append(float(row.score))
     return lines
 
 

@@ -1,0 +1,37 @@
+"""The token-savings page: how much the content store kept out of agents' conversations."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from config.views import HtmxHttpRequest
+from config.web import membership_required, partial_wanted, tenant_membership
+from memory.content.forms import DEFAULT_PERIOD, SAVINGS_PERIODS, SavingsForm
+from memory.content.selectors import content_runs_savings
+from memory.episodic.views import bar_step
+
+
+@membership_required
+@require_GET
+def token_savings(request: HtmxHttpRequest) -> HttpResponse:
+    tenant = tenant_membership(request).tenant
+    form = SavingsForm(request.GET)
+    period = form.cleaned_data["period"] if form.is_valid() else ""
+    days = SAVINGS_PERIODS[period or DEFAULT_PERIOD]
+    since = timezone.now() - timedelta(days=days) if days is not None else None
+    overview = content_runs_savings(tenant=tenant, since=since)
+    context = {
+        "form": form,
+        "overview": overview,
+        "rows": [(run, bar_step(run.returned_ratio)) for run in overview.runs],
+        "total_step": bar_step(overview.total.returned_ratio),
+    }
+    template = (
+        "memory/partials/savings.html" if partial_wanted(request) else "memory/token_savings.html"
+    )
+    return render(request, template, context, status=200 if form.is_valid() else 400)

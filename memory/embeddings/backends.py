@@ -1,0 +1,168 @@
+"""Text embeddings: a local model by default, or an OpenAI-compatible endpoint.
+
+``EMBEDDING_BACKEND=local`` (the default) runs a small model shipped inside a PyPI package on the
+CPU, offline; ``EMBEDDING_BACKEND=openai`` calls ``EMBEDDING_URL``/embeddings. Every failure is
+raised as ``EmbeddingUnavailable`` so callers can fall back (keyword relevance, a later backfill)
+instead of failing the request.
+
+Every vector, a backend's or a client's, passes ``unit_vector`` before it is stored or compared:
+scaled to length 1, and refused when it has no direction (all zeros, NaN, infinity). pgvector's
+cosine distance to a zero vector is NaN, and one stored zero vector made every later search of
+its agent answer 500 (issue 18).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Protocol
+
+from django.conf import settings
+
+from config.http import ExternalServiceError, post_json
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+
+
+class EmbeddingUnavailable(RuntimeError):
+    """The embedder cannot answer now; the caller should degrade, not fail."""
+
+
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def unit_vector(values: Sequence[float]) -> list[float] | None:
+    """``values`` scaled to length 1, or None when they have no direction: all zeros, or a NaN or
+    infinity among them.
+
+    Cosine distance is blind to length, so the scaling changes no ranking; it spares pgvector,
+    which computes in float32, a vector whose squares underflow to zero or overflow (a NaN
+    distance either way). Scaled by the largest component first, so ``math.hypot`` never
+    overflows.
+    """
+    if not values or not all(math.isfinite(value) for value in values):
+        return None
+    peak = max(abs(value) for value in values)
+    if peak == 0:
+        return None
+    scaled = [value / peak for value in values]
+    norm = math.hypot(*scaled)
+    return [value / norm for value in scaled]
+
+
+def embedding_problem(embedding: Sequence[float]) -> tuple[str, str] | None:
+    """Why a vector given by a client cannot be used (code, message), or None."""
+    if len(embedding) != LOCAL_DIMENSIONS:
+        return (
+            "invalid_embedding",
+            f"An embedding must have {LOCAL_DIMENSIONS} dimensions, not {len(embedding)}.",
+        )
+    if not all(math.isfinite(value) for value in embedding):
+        return "invalid_embedding", "An embedding must not contain NaN or infinity."
+    if unit_vector(embedding) is None:
+        return (
+            "invalid_embedding",
+            "An embedding must not be all zeros: a vector without a direction cannot be compared.",
+        )
+    return None
+
+
+class OpenAICompatibleEmbedder:
+    """Any server speaking OpenAI's ``POST /embeddings`` (OpenAI, vLLM, Ollama, LiteLLM...)."""
+
+    def __init__(
+        self, *, url: str, model: str, api_key: str, dimensions: int, timeout: float
+    ) -> None:
+        self.url = url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.api_key = api_key
+        self.dimensions = dimensions
+        self.timeout = timeout
+        self.name = f"openai:{model}:{dimensions}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        body = {"model": self.model, "input": list(texts), "dimensions": self.dimensions}
+        try:
+            answer = post_json(self.url, body, api_key=self.api_key, timeout=self.timeout)
+            rows = sorted(answer["data"], key=lambda row: row["index"])
+            vectors = [[float(value) for value in row["embedding"]] for row in rows]
+        except ExternalServiceError as exc:
+            raise EmbeddingUnavailable(str(exc)) from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EmbeddingUnavailable(f"{self.url} answered an unexpected shape: {exc}") from exc
+        if len(vectors) != len(texts) or any(len(v) != self.dimensions for v in vectors):
+            raise EmbeddingUnavailable(
+                f"{self.url} returned {len(vectors)} vectors for {len(texts)} texts, "
+                f"expected dimension {self.dimensions}"
+            )
+        return vectors
+
+
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _configured_embedder() -> Embedder:
+    if settings.EMBEDDING_BACKEND == "openai":
+        if not settings.EMBEDDING_URL:
+            raise EmbeddingUnavailable("EMBEDDING_BACKEND=openai needs EMBEDDING_URL")
+        return OpenAICompatibleEmbedder(
+            url=settings.EMBEDDING_URL,
+            model=settings.EMBEDDING_MODEL or "text-embedding-3-small",
+            api_key=settings.EMBEDDING_API_KEY,
+            dimensions=settings.EMBEDDING_DIMENSIONS,
+            timeout=settings.EMBEDDING_TIMEOUT_SECONDS,
+        )
+    if settings.EMBEDDING_BACKEND == "local":
+        from memory.embeddings.local_embedder import LocalEmbedder
+
+        return LocalEmbedder()
+    raise EmbeddingUnavailable(f"Unknown EMBEDDING_BACKEND {settings.EMBEDDING_BACKEND!r}")
+
+
+def embedder() -> Embedder:
+    with _lock:  # the first call loads a model; concurrent first calls must not load it twice
+        return _configured_embedder()
+
+
+def embedder_reset() -> None:
+    """Forget the configured embedder (tests switch settings between backends)."""
+    _configured_embedder.cache_clear()
+
+
+def embedder_name() -> str:
+    return embedder().name
+
+
+def embed_texts(texts: Sequence[str]) -> list[list[float]]:
+    """Unit vectors for the texts, from whichever backend is configured.
+
+    A vector without a direction (zeros, NaN, infinity: a broken endpoint, a model gone wrong)
+    fails the call like an outage, so callers fall back exactly as they do when the embedder is
+    down, and no such vector is ever stored.
+    """
+    try:
+        vectors = embedder().embed(texts)
+    except EmbeddingUnavailable:
+        raise
+    except Exception as exc:  # a model runtime error must degrade like an outage
+        raise EmbeddingUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    units = [unit_vector(vector) for vector in vectors]
+    usable = [unit for unit in units if unit is not None]
+    if len(usable) != len(units):
+        raise EmbeddingUnavailable(
+            f"{embedder_name()} answered {len(units) - len(usable)} vector(s) without a "
+            "direction (all zeros, NaN or infinity)"
+        )
+    return usable
+
+
+def embed_query(text: str) -> list[float]:
+    return embed_texts([text])[0]

@@ -1,0 +1,10 @@
+"""Episodic memories (SPEC 4): what one agent stored, with its type, importance and expiry.
+
+Writes (``services``): ``memories_store``, ``memory_update``, ``memory_delete`` (shreds the
+content key), ``agent_memory_keys_shred``, ``memory_embeddings_backfill``,
+``memories_mark_retrieved``; the lifecycle jobs' (``lifecycle``): ``memories_decay``,
+``memories_expire``, ``memories_enforce_quota`` and their sweeps. Store-time rules are pure
+functions in ``policies``; content sealing in ``sealing``. Reads: ``selectors``
+(``memories_inactive``); searching is ``memory.search``. Projection: ``MemoryProjection`` of
+``memory.*`` events. Endpoints ``/api/v1/memories/...``; page: the memory explorer (``/memory/``).
+"""

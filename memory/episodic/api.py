@@ -1,0 +1,231 @@
+"""REST endpoints of episodic memories (``/api/v1/memories/...``), and the base of the views that
+act for one agent named in the body."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api import ApiError, CursorPagination
+from ledger.api import IDEMPOTENCY_PARAMETER
+from ledger.auth import ApiPrincipal
+from ledger.models import Agent, Event, Role
+from ledger.scoping import TenantScopedViewSet
+from memory.episodic.serializers import (
+    MemoryBatchSerializer,
+    MemoryHistorySerializer,
+    MemoryInputSerializer,
+    MemorySerializer,
+    MemoryStoreSerializer,
+    MemoryUpdateSerializer,
+)
+from memory.episodic.services import (
+    MEMORY_EVENT_KINDS,
+    memories_store,
+    memory_delete,
+    memory_update,
+)
+from memory.models import Memory
+from memory.search.api import MemorySearchActions
+
+
+class NewestFirstCursorPagination(CursorPagination):
+    ordering = "-id"
+
+
+class AgentActionViewSet(TenantScopedViewSet):
+    """Actions taken for one agent named in the body. Agents are looked up through the tenant
+    scope, and an agent-scoped key can name only its own agent (others are "not found")."""
+
+    queryset = Agent.objects.all()
+    write_role = Role.AGENT
+    agent_bound_actions = frozenset({"create"})
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.principal.agent is not None:
+            return queryset.filter(pk=self.principal.agent.pk)
+        return queryset
+
+    def agent_named(self, name: str | None) -> Agent:
+        return agent_for_caller(self.principal, name)
+
+
+def agent_for_caller(principal: ApiPrincipal, name: str | None) -> Agent:
+    """The agent a request acts for: the named one of the caller's tenant, or an agent-scoped
+    key's own agent. Any other agent, including another tenant's, is "not found"."""
+    own = principal.agent
+    if name is None:
+        if own is None:
+            raise ValidationError({"agent": ["This field is required."]})
+        return own
+    if own is not None and own.name != name:
+        raise NotFound()
+    # The tenant comes along: searches read its recall settings.
+    agent: Agent | None = (
+        Agent.objects.select_related("tenant").filter(tenant=principal.tenant, name=name).first()
+    )
+    if agent is None:
+        raise NotFound()
+    return agent
+
+
+def metadata_filter(raw: str) -> dict[str, Any]:
+    """The ``metadata`` query parameter: a JSON object the listed memories' metadata contains
+    (PostgreSQL's ``@>``, as search's ``filters.metadata``)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ApiError(
+            code="invalid_filter",
+            message='metadata must be a JSON object, e.g. {"source": "slack"}.',
+        )
+    return value
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List memories (newest first)",
+        parameters=[
+            OpenApiParameter("agent", str, description="Agent name"),
+            OpenApiParameter("session_id", str),
+            OpenApiParameter("memory_type", str),
+            OpenApiParameter("tag", str, description="Memories carrying this tag"),
+            OpenApiParameter(
+                "metadata",
+                str,
+                description='Metadata containing this JSON object, e.g. {"source": "slack"}',
+            ),
+            OpenApiParameter("include_expired", bool, description="Also expired ones"),
+            OpenApiParameter("include_archived", bool, description="Also archived ones"),
+        ],
+    ),
+    retrieve=extend_schema(summary="Get a memory"),
+    create=extend_schema(
+        summary="Store a memory",
+        request=MemoryStoreSerializer,
+        responses={201: MemorySerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    batch=extend_schema(
+        summary="Store several memories of one agent (all or none)",
+        request=MemoryBatchSerializer,
+        responses={
+            201: inline_serializer("MemoryBatchResult", {"memories": MemorySerializer(many=True)})
+        },
+        parameters=[IDEMPOTENCY_PARAMETER],
+    ),
+    partial_update=extend_schema(
+        summary="Change a memory's content, type, importance, tags, metadata or expiry",
+        request=MemoryUpdateSerializer,
+        responses=MemorySerializer,
+    ),
+    destroy=extend_schema(summary="Delete a memory for good (its content is shredded)"),
+    history=extend_schema(
+        summary="The ledger events of a memory", responses=MemoryHistorySerializer(many=True)
+    ),
+)
+class MemoryViewSet(
+    MemorySearchActions, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
+):
+    """Episodic memories. An agent-scoped key sees and changes only its own agent's memories."""
+
+    queryset = Memory.objects.select_related("agent").order_by("-id")
+    serializer_class = MemorySerializer
+    pagination_class = NewestFirstCursorPagination
+    write_role = Role.AGENT
+    agent_bound_actions = frozenset(
+        {"list", "retrieve", "create", "batch", "partial_update", "destroy", "search", "history"}
+    )
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.principal.agent is not None:
+            queryset = queryset.filter(agent=self.principal.agent)
+        params = self.request.query_params
+        if "agent" in params:
+            queryset = queryset.filter(agent__name=params["agent"])
+        for field in ("session_id", "memory_type"):
+            if field in params:
+                queryset = queryset.filter(**{field: params[field]})
+        if "tag" in params:
+            queryset = queryset.filter(tags__contains=[params["tag"]])
+        if "metadata" in params:
+            queryset = queryset.filter(metadata__contains=metadata_filter(params["metadata"]))
+        if self.action in ("destroy", "history"):
+            return queryset  # an expired or archived memory can still be deleted or audited
+        now = timezone.now()
+        if params.get("include_archived") != "true":
+            queryset = queryset.filter(archived_at__isnull=True)
+        if params.get("include_expired") != "true":
+            queryset = queryset.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        return queryset
+
+    def agent_named(self, name: str | None) -> Agent:
+        return agent_for_caller(self.principal, name)
+
+    def create(self, request: Request) -> Response:
+        serializer = MemoryStoreSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        agent = agent_for_caller(self.principal, serializer.validated_data.get("agent"))
+        stored = memories_store(
+            agent=agent,
+            drafts=[serializer.to_draft(dict(serializer.validated_data))],
+            actor=self.principal.actor,
+        )
+        return Response(self.get_serializer(stored[0]).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=False, methods=["post"])
+    def batch(self, request: Request) -> Response:
+        serializer = MemoryBatchSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        agent = agent_for_caller(self.principal, serializer.validated_data.get("agent"))
+        item = MemoryInputSerializer()
+        stored = memories_store(
+            agent=agent,
+            drafts=[item.to_draft(data) for data in serializer.validated_data["memories"]],
+            actor=self.principal.actor,
+        )
+        return Response(
+            {"memories": self.get_serializer(stored, many=True).data},
+            status=status.HTTP_201_CREATED,
+        )
+
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        serializer = MemoryUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        memory = memory_update(
+            memory=self.get_object(),
+            actor=self.principal.actor,
+            changes=dict(serializer.validated_data),
+        )
+        return Response(self.get_serializer(memory).data)
+
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        memory_delete(memory=self.get_object(), actor=self.principal.actor)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # The whole history in one answer (no cursor): pagination_class=None says so in the schema.
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def history(self, request: Request, pk: str | None = None) -> Response:
+        memory = self.get_object()
+        events = Event.objects.filter(
+            tenant=self.tenant,
+            kind__in=MEMORY_EVENT_KINDS,
+            payload__memory_id=memory.pk,
+        ).order_by("seq")
+        return Response(MemoryHistorySerializer(events, many=True).data)

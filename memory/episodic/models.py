@@ -1,0 +1,179 @@
+"""Episodic memories' tables (SPEC 4): memories, their content keys, and the BM25 statistics of
+their keyword documents."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
+from django.db import models
+from django.db.models.functions import Cast
+from django.utils import timezone
+from pgvector.django import BitField, HnswIndex, VectorField
+
+from ledger.models import Agent, Tenant
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+
+
+class MemoryRole(models.TextChoices):
+    USER = "user", "User"
+    ASSISTANT = "assistant", "Assistant"
+    SYSTEM = "system", "System"
+    TOOL_RESULT = "tool_result", "Tool result"
+
+
+class MemoryQuerySet(models.QuerySet["Memory"]):
+    def active(self, *, now: datetime | None = None) -> MemoryQuerySet:
+        """Memories that may be returned: not archived and not expired, whatever the jobs did."""
+        moment = now or timezone.now()
+        return self.filter(archived_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=moment)
+        )
+
+
+class Memory(models.Model):
+    """One episodic memory of one agent (SPEC 4).
+
+    A projection of ``memory.*`` events. The content travels in those events sealed with a key of
+    its own (``MemoryKey``), so deleting a memory for a data-subject request destroys the key and
+    leaves the immutable ledger holding only ciphertext nobody can open.
+    """
+
+    # No index of its own: every composite index below starts with the tenant, and each index
+    # is one more entry to write whenever a memory is updated.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="memories")
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    role = models.CharField(max_length=16, choices=MemoryRole.choices, default=MemoryRole.USER)
+    content = models.TextField()
+    memory_type = models.CharField(max_length=32)
+    importance = models.FloatField()
+    embedding = VectorField(dimensions=LOCAL_DIMENSIONS, null=True, blank=True)
+    # The embedding's signs, one bit per dimension (48 bytes), kept by PostgreSQL. A small
+    # agent's search reads these from the covering index memory_agent_sketch, ranks them by
+    # Hamming distance and computes exact distances for the nearest few hundred only, instead
+    # of reading every row of the agent (memory.search.plans.SemanticPlan.SKETCH).
+    embedding_bits = models.GeneratedField(
+        expression=Cast(
+            models.Func(models.F("embedding"), function="binary_quantize"),
+            output_field=BitField(length=LOCAL_DIMENSIONS),
+        ),
+        output_field=BitField(length=LOCAL_DIMENSIONS),
+        db_persist=True,
+    )
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+    content_hash = models.CharField(max_length=64)
+    metadata = models.JSONField(default=dict, blank=True)
+    tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    occurred_at = models.DateTimeField(help_text="When it happened; the store time by default.")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_retrieved_at = models.DateTimeField(null=True, blank=True)
+    retrieval_count = models.PositiveIntegerField(default=0)
+    archived_at = models.DateTimeField(null=True, blank=True)
+    # The keyword document: this memory with up to two neighbours on each side in its session
+    # (memory.search.keyword_index keeps it current). ``search_length`` counts its lexeme positions,
+    # the document length of Okapi BM25.
+    search_vector = SearchVectorField(null=True, blank=True)
+    search_length = models.PositiveIntegerField(default=0)
+
+    objects = MemoryQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "agent", "created_at"], name="memory_agent_created"),
+            models.Index(fields=["tenant", "agent", "content_hash"], name="memory_agent_hash"),
+            # With the id, "the turn before/after this one" is one index probe even when a whole
+            # session shares a timestamp (a batch stored at once does).
+            models.Index(
+                fields=["tenant", "agent", "session_id", "occurred_at", "id"],
+                name="memory_session",
+            ),
+            # Index-only: everything an unfiltered nearest-memories query of one agent reads.
+            models.Index(
+                fields=["tenant", "agent"],
+                include=["id", "expires_at", "embedding_bits"],
+                condition=models.Q(archived_at__isnull=True),
+                name="memory_agent_sketch",
+            ),
+            GinIndex(fields=["tags"], name="memory_tags"),
+            # Each keyword document's lexemes keyed by the agent ("43:budget"), so the keyword leg
+            # reads the postings of one agent's lexemes only. A GIN index over (agent, document)
+            # is never used with the agent as a key (the planner reads the agent through a B-tree
+            # and ANDs in every row of the table holding the lexeme: 5-12 ms at 2,000,000 rows,
+            # against 0.1 ms here).
+            GinIndex(
+                models.Func(
+                    models.F("agent"),
+                    models.F("search_vector"),
+                    function="memory_agent_lexemes",
+                    output_field=ArrayField(models.TextField()),
+                ),
+                name="memory_agent_lexemes",
+            ),
+            # Archived memories are never searched, and leaving them out means archiving (decay,
+            # quota) writes the row's new version without a new graph node, the costliest part
+            # of an update on this table. A build list of 128 (pgvector's default is 64): on
+            # 2,000,000 clustered vectors a graph built with 64 left some topics unreachable
+            # (a query there found 1 of its 10 nearest; recall@10 0.85 at ef_search 400).
+            HnswIndex(
+                name="memory_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=128,
+                opclasses=["vector_cosine_ops"],
+                condition=models.Q(archived_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"memory {self.pk} of agent {self.agent_id}"
+
+
+class MemoryTerm(models.Model):
+    """Document frequency of one lexeme among one agent's keyword documents (BM25's idf).
+
+    Kept by statement-level triggers on ``memory_memory`` (migration 0004), so every path that
+    writes memories (services, lifecycle jobs, projection rebuilds, bulk loads) keeps it exact.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    lexeme = models.TextField()
+    df = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "lexeme"], name="memoryterm_agent_lexeme")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lexeme!r} in {self.df} memories of agent {self.agent_id}"
+
+
+class MemorySearchTotals(models.Model):
+    """How many keyword documents an agent has and their total length (BM25's N and avgdl)."""
+
+    agent = models.OneToOneField(
+        Agent, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    documents = models.BigIntegerField(default=0)
+    positions = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.documents} keyword documents of agent {self.agent_id}"
+
+
+class MemoryKey(models.Model):
+    """The key that opens a memory's content in the ledger. Deleted with the memory, on purpose:
+    without it the content sealed in ``memory.*`` events can no longer be read (crypto-shredding).
+    """
+
+    memory_id = models.BigIntegerField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"key of memory {self.memory_id}"

@@ -1,0 +1,430 @@
+"""The candidates of each source: a semantic leg (nearest vectors) and a keyword leg (full text)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from config.sql import row_named, rows_named
+from ledger.models import Agent, RecallSettings
+from ledger.selectors import event_visible_params, event_visible_sql
+from memory.embeddings.backends import embedder_name
+from memory.episodic import policies
+from memory.episodic.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
+from memory.search.plans import (
+    ACTIVE_ROWS,
+    SemanticPlan,
+    cosine_similarity_sql,
+    hnsw_ef_search,
+    hnsw_scan_configure,
+    nearest_rows_sql,
+    semantic_plan,
+    vector_literal,
+)
+from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, WORKFLOW_STEPS, Candidate
+
+WORKFLOW_STEP_KIND = "workflow.step_completed"
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+# Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
+MEMORY_DENSE_CANDIDATES = 100
+# Under a tag, metadata or type filter, the HNSW scan must walk past about 1 / (the share kept)
+# rows for each one it returns: asking for half as many halves the walk, and the ranking of ten
+# results does not need a hundred semantic candidates from a tenth of the rows. 30 let recall@10
+# fall below 0.95, one query finding none of its ten (bench/memory_scale.py).
+MEMORY_DENSE_CANDIDATES_NARROWED = 50
+MEMORY_KEYWORD_CANDIDATES = 300
+# The keyword leg fetches the rows of the query's rarest lexemes while they number at most this
+# (LoCoMo dev: R@10 0.809 / 0.810 / 0.811 at 150 / 300 / 600, with 152 / 198 / 276 candidates).
+KEYWORD_FETCH_BUDGET = 300
+EVENT_CANDIDATES = 50
+# The audit log's semantic leg compares the query with the tenant's newest embedded events.
+EVENT_SEMANTIC_WINDOW = 2000
+KNOWLEDGE_CANDIDATES = 50
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Narrow the agent's own memories; the other sources are not episodic and ignore these."""
+
+    session_id: str | None = None
+    memory_type: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def narrowing(self) -> bool:
+        """Whether a filter beyond the session keeps an unknown share of the agent's rows."""
+        return bool(self.tags or self.metadata or self.memory_type)
+
+
+# BM25 statistics of the query's lexemes among the agent's keyword documents, with the agent's
+# totals and the table's estimated row count (one row with a NULL lexeme when the query has
+# none): what the semantic leg's plan is chosen by.
+LEXEME_STATS_SQL = """
+SELECT u.lexeme, coalesce(t.df, 0) AS df, s.documents, s.positions, s.table_rows
+FROM (
+    SELECT coalesce(max(documents), 0) AS documents, coalesce(max(positions), 0) AS positions,
+           (SELECT greatest(reltuples, 0) FROM pg_class
+            WHERE oid = 'memory_memory'::regclass) AS table_rows
+    FROM memory_memorysearchtotals WHERE agent_id = %(agent)s
+) AS s
+LEFT JOIN unnest(to_tsvector('english', %(query)s)) AS u ON true
+LEFT JOIN memory_memoryterm AS t ON t.agent_id = %(agent)s AND t.lexeme = u.lexeme
+"""
+
+FILTER_SQL = {
+    "session_id": " AND session_id = %(session_id)s",
+    "memory_type": " AND memory_type = %(memory_type)s",
+    "tags": " AND tags @> %(tags)s::varchar[]",
+    "metadata": " AND metadata @> %(metadata)s::jsonb",
+}
+# The agent's rows holding the fetched lexemes come from the GIN index memory_agent_lexemes
+# (keys "<agent>:<lexeme>"), a few hundred at most (KEYWORD_FETCH_BUDGET), and the filters are
+# checked on those rows. OFFSET 0 keeps the filters out of the inner query: otherwise the
+# planner may AND in the tag index's bitmap, every row of the tenant with the tag (42 ms for a
+# tag on 200,000 of 2,000,000 rows).
+KEYWORD_LEG = """
+    SELECT id FROM (
+        SELECT id, tenant_id, agent_id, archived_at, expires_at, session_id, memory_type, tags,
+               metadata
+        FROM memory_memory
+        WHERE memory_agent_lexemes(agent_id, search_vector) && %(agent_lexemes)s::text[]
+        OFFSET 0
+    ) AS memory_memory
+    WHERE {where} LIMIT %(keyword_k)s"""
+NO_ROWS = "SELECT NULL::bigint AS id WHERE false"
+
+# One round trip: the candidates of both legs, each with what ranks it (the text and the other
+# details are read for the top K only, MEMORY_DETAILS_SQL): its cosine (keyword-only ones too: the
+# research lost 0.03 R@10 without it), its Okapi BM25 from its tsvector positions and the
+# agent's statistics, and its session neighbours for the neighbour boost. The candidate ids are
+# gathered into one array first so each row is read once, by primary key, however large the
+# table (a hash join would read all of it).
+MEMORY_CANDIDATES_SQL = """
+WITH dense AS ({dense}),
+keyword AS ({keyword}),
+candidate_ids AS MATERIALIZED (
+    SELECT array_agg(id) AS ids FROM (SELECT id FROM dense UNION SELECT id FROM keyword) AS c
+),
+query_terms AS (
+    SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS q(lexeme, idf)
+)
+SELECT m.id, extract(epoch FROM m.occurred_at)::float8 AS occurred_epoch, m.content_hash,
+       {effective_importance} AS effective_importance,
+       {cosine} AS cosine,
+       coalesce((
+           SELECT sum(q.idf * array_length(u.positions, 1) * (%(k1)s + 1)
+                      / (array_length(u.positions, 1)
+                         + %(k1)s * (1 - %(b)s + %(b)s * m.search_length / %(avgdl)s::float8)))
+           -- Only the query's lexemes leave the document: setweight marks them and ts_filter
+           -- keeps them, both in C, instead of one row per lexeme of the candidate's window.
+           FROM unnest(ts_filter(
+               setweight(setweight(d.document, 'D'), 'A', %(lexemes)s::text[]), '{{a}}'
+           )) AS u
+           JOIN query_terms AS q ON q.lexeme = u.lexeme
+       ), 0) AS keyword,
+       before.id AS previous_id, after.id AS next_id,
+       {own_match} AS own_match
+FROM memory_memory AS m
+-- The keyword document lives out of line (TOAST): every function given m.search_vector would
+-- fetch and copy it again. The lateral copy fetches it once per candidate for both uses.
+CROSS JOIN LATERAL (SELECT m.search_vector || ''::tsvector AS document OFFSET 0) AS d
+LEFT JOIN LATERAL (
+    SELECT p.id FROM memory_memory AS p
+    WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
+      AND p.session_id = m.session_id AND (p.occurred_at, p.id) < (m.occurred_at, m.id)
+    ORDER BY p.occurred_at DESC, p.id DESC LIMIT 1
+) AS before ON true
+LEFT JOIN LATERAL (
+    SELECT p.id FROM memory_memory AS p
+    WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
+      AND p.session_id = m.session_id AND (p.occurred_at, p.id) > (m.occurred_at, m.id)
+    ORDER BY p.occurred_at, p.id LIMIT 1
+) AS after ON true
+WHERE m.id = ANY((SELECT ids FROM candidate_ids)::bigint[])
+"""
+
+
+def tsquery_any(lexemes: Iterable[str]) -> str:
+    """A tsquery matching any of these lexemes, each quoted so no character is an operator."""
+    quoted = ("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes)
+    return " | ".join(quoted)
+
+
+def bm25_idf(*, documents: int, df: int) -> float:
+    return math.log(1 + (documents - df + 0.5) / (df + 0.5))
+
+
+# Tags, metadata and memory type narrow the agent's rows by an unknown share: assumed a tenth,
+# which gives the index its widest list.
+NARROWING_FILTER_SHARE = 0.1
+
+
+def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilters) -> float:
+    """The share of the indexed rows the semantic leg's filters are expected to keep."""
+    share = agent_memories / max(table_rows, agent_memories, 1)
+    if filters.narrowing:
+        share *= NARROWING_FILTER_SHARE
+    return share
+
+
+def dense_leg_plan(agent_memories: int, filters: SearchFilters) -> SemanticPlan:
+    return semantic_plan(
+        agent_memories,
+        narrowed=filters.narrowing,
+        within_session=filters.session_id is not None,
+    )
+
+
+def dense_candidates(agent_memories: int, filters: SearchFilters) -> int:
+    """How many rows the semantic leg asks for."""
+    if filters.narrowing and dense_leg_plan(agent_memories, filters) is SemanticPlan.INDEX:
+        return MEMORY_DENSE_CANDIDATES_NARROWED
+    return MEMORY_DENSE_CANDIDATES
+
+
+def dense_leg_sql(agent_memories: int, filters: SearchFilters) -> str:
+    """The semantic leg for an agent of this size under these filters (the plan chosen by
+    memory.search.plans.semantic_plan)."""
+    plan = dense_leg_plan(agent_memories, filters)
+    return nearest_rows_sql(filtered_where(filters), plan, limit="dense_k")
+
+
+def keyword_leg_sql(filters: SearchFilters) -> str:
+    return KEYWORD_LEG.format(where=filtered_where(filters))
+
+
+def filtered_where(filters: SearchFilters) -> str:
+    """The agent's active memories, narrowed by the filters given (a SQL condition)."""
+    return ACTIVE_ROWS + "".join(
+        clause for name, clause in FILTER_SQL.items() if getattr(filters, name)
+    )
+
+
+def memory_candidates_query(
+    *,
+    agent: Agent,
+    query: str,
+    vector: Sequence[float] | None,
+    filters: SearchFilters,
+    now: datetime,
+) -> tuple[str, dict[str, Any]]:
+    """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
+    with connection.cursor() as cursor:
+        cursor.execute(LEXEME_STATS_SQL, {"query": query, "agent": agent.pk})
+        rows = rows_named(cursor)
+    totals = rows[0]
+    documents, positions = int(totals.documents), int(totals.positions)
+    table_rows = float(totals.table_rows)
+    stats = [row for row in rows if row.lexeme is not None]
+    lexemes = [str(row.lexeme) for row in stats]
+    idfs = [bm25_idf(documents=documents, df=int(row.df)) for row in stats]
+    present = sorted((int(row.df), str(row.lexeme)) for row in stats if int(row.df) > 0)
+    # Rarest lexemes first, while the rows they name fit the budget: rare words carry the most
+    # BM25 weight, and rows that share only common words with the query are left to the
+    # semantic leg (they are still scored if it brings them). When even the rarest names more
+    # rows than the budget, the leg would return an arbitrary few of them: it is skipped.
+    fetching: list[str] = []
+    fetched_rows = 0
+    for df, lexeme in present:
+        if fetched_rows + df > KEYWORD_FETCH_BUDGET:
+            break
+        fetching.append(lexeme)
+        fetched_rows += df
+    params: dict[str, Any] = {
+        "tenant": agent.tenant_id,
+        "agent": agent.pk,
+        "now": now,
+        "vector": vector_literal(vector) if vector is not None else None,
+        "dense_k": dense_candidates(documents, filters),
+        "keyword_k": MEMORY_KEYWORD_CANDIDATES,
+        "ef_search": hnsw_ef_search(semantic_share(documents, table_rows, filters)),
+        "agent_lexemes": [f"{agent.pk}:{lexeme}" for lexeme in fetching],
+        "any_lexeme": tsquery_any(lexeme for _, lexeme in present),
+        "lexemes": lexemes,
+        "idfs": idfs,
+        "k1": BM25_K1,
+        "b": BM25_B,
+        "avgdl": positions / documents if documents else 1.0,
+        "decay_base": DECAY_BASE,
+        "week": SECONDS_PER_WEEK,
+        "session_id": filters.session_id,
+        "memory_type": filters.memory_type,
+        "tags": list(filters.tags),
+        "metadata": json.dumps(filters.metadata),
+    }
+    dense = dense_leg_sql(documents, filters)
+    sql = MEMORY_CANDIDATES_SQL.format(
+        dense=dense if vector is not None else NO_ROWS,
+        keyword=keyword_leg_sql(filters) if fetching else NO_ROWS,
+        # Unqualified columns in it resolve to the memory: no other relation has them.
+        effective_importance=EFFECTIVE_IMPORTANCE_SQL,
+        cosine=cosine_similarity_sql("m.embedding") if vector is not None else "NULL",
+        # The memory's own line (weight A) shares a word with the query, not just a neighbour.
+        own_match="ts_filter(d.document, '{a}') @@ %(any_lexeme)s::tsquery" if present else "false",
+    )
+    return sql, params
+
+
+def memory_candidates(
+    *,
+    agent: Agent,
+    query: str,
+    vector: Sequence[float] | None,
+    filters: SearchFilters,
+    now: datetime,
+) -> list[Candidate]:
+    sql, params = memory_candidates_query(
+        agent=agent, query=query, vector=vector, filters=filters, now=now
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Relaxed order: the candidates are ranked by their exact cosine afterwards anyway, and
+        # pgvector documents it as the better-recall mode (bench/memory_scale.py, tag filter
+        # keeping 5 % of 2,000,000 rows: recall@10 0.947 relaxed, 0.940 strict, 30 queries).
+        hnsw_scan_configure(cursor, ef_search=params["ef_search"], order="relaxed_order")
+        cursor.execute(sql, params)
+        rows = rows_named(cursor)
+    return [
+        Candidate(
+            source=AGENT_MEMORY,
+            id=int(row.id),
+            content="",  # read for the hits kept (memory_hits_completed)
+            cosine=None if row.cosine is None else float(row.cosine),
+            keyword=float(row.keyword),
+            moment=datetime.fromtimestamp(float(row.occurred_epoch), tz=UTC),
+            importance=float(row.effective_importance),
+            content_hash=row.content_hash,
+            details={},
+            previous_id=row.previous_id,
+            next_id=row.next_id,
+            own_match=bool(row.own_match),
+        )
+        for row in rows
+    ]
+
+
+# Query words that carry meaning: the ledger's words minus English stop words.
+EVENT_WORDS_SQL = """
+SELECT coalesce(array_agg(word), '{}') AS words FROM unnest(ledger_words(%(query)s)) AS word
+WHERE to_tsvector('english', word) <> ''::tsvector
+"""
+
+# Both legs keep to the events the agent may see (ledger.selectors.event_visible_sql).
+EVENT_CANDIDATES_SQL = """
+WITH keyword AS (
+    SELECT e.id FROM ledger_event AS e
+    WHERE e.tenant_id = %(tenant)s AND e.search_words && %(words)s::text[]
+      AND {visible}
+    ORDER BY e.seq DESC LIMIT %(limit)s
+),
+dense AS ({dense}),
+candidates AS (SELECT id FROM keyword UNION SELECT id FROM dense)
+SELECT e.id, e.seq, e.kind, e.actor, e.run_id, ledger_display_text(e.payload) AS text,
+       e.created_at, {cosine} AS cosine,
+       cardinality(ARRAY(SELECT unnest(e.search_words) INTERSECT SELECT unnest(%(words)s::text[])))
+           AS matched
+FROM candidates JOIN ledger_event AS e USING (id)
+LEFT JOIN memory_eventembedding AS ee ON ee.event_id = e.id AND ee.model = %(model)s
+"""
+EVENT_DENSE_LEG = """
+    SELECT newest.event_id AS id FROM (
+        SELECT event_id, embedding FROM memory_eventembedding
+        WHERE tenant_id = %(tenant)s AND model = %(model)s
+        ORDER BY event_id DESC LIMIT %(window)s
+    ) AS newest JOIN ledger_event AS e ON e.id = newest.event_id
+    WHERE {visible}
+    ORDER BY newest.embedding <=> %(vector)s::vector LIMIT %(limit)s"""
+
+
+def event_candidates(
+    *, agent: Agent, query: str, vector: Sequence[float] | None, sources: Sequence[str]
+) -> list[Candidate]:
+    recall_settings = RecallSettings.for_tenant(agent.tenant)
+    visible = event_visible_sql("e")
+    with connection.cursor() as cursor:
+        cursor.execute(EVENT_WORDS_SQL, {"query": query})
+        found = row_named(cursor)
+        words = list(found.words) if found is not None else []
+        cursor.execute(
+            EVENT_CANDIDATES_SQL.format(
+                visible=visible,
+                dense=EVENT_DENSE_LEG.format(visible=visible) if vector is not None else NO_ROWS,
+                cosine=cosine_similarity_sql("ee.embedding")
+                if vector is not None
+                else "NULL::float8",
+            ),
+            {
+                "tenant": agent.tenant_id,
+                **event_visible_params(agent=agent, settings=recall_settings),
+                "words": words,
+                "limit": EVENT_CANDIDATES,
+                "window": EVENT_SEMANTIC_WINDOW,
+                "model": embedder_name() if vector is not None else "",
+                "vector": vector_literal(vector) if vector is not None else None,
+            },
+        )
+        rows = rows_named(cursor)
+    candidates = []
+    # The text is ledger_display_text(payload): ledger.models.displayable_text in SQL, so no
+    # other part of a payload (which may hold secrets) leaves the database.
+    for row in rows:
+        source = WORKFLOW_STEPS if row.kind == WORKFLOW_STEP_KIND else AUDIT_LOG
+        if source not in sources or not row.text:
+            continue
+        candidates.append(
+            Candidate(
+                source=source,
+                id=int(row.seq),
+                content=row.text,
+                cosine=None if row.cosine is None else float(row.cosine),
+                keyword=float(row.matched) / max(len(words), 1),
+                moment=row.created_at,
+                importance=float(
+                    recall_settings.kind_importance.get(
+                        row.kind, recall_settings.default_importance
+                    )
+                ),
+                content_hash=policies.content_hash(row.text),
+                details={
+                    "event_id": int(row.id),
+                    "kind": row.kind,
+                    "actor": row.actor,
+                    "run_id": row.run_id,
+                    "created_at": row.created_at,
+                },
+            )
+        )
+    return candidates
+
+
+def knowledge_base_candidates(
+    *, agent: Agent, query: str, vector: Sequence[float] | None
+) -> list[Candidate]:
+    try:
+        from memory.knowledge.selectors import knowledge_candidates
+    except ImportError:  # the knowledge base is not installed yet
+        return []
+    return [
+        Candidate(
+            source=KNOWLEDGE_BASE,
+            id=chunk.chunk_id,
+            content=chunk.text,
+            cosine=chunk.cosine,
+            keyword=chunk.keyword,
+            moment=chunk.published_at,
+            importance=0.5,
+            content_hash=chunk.content_hash,
+            details={"document_id": chunk.document_id, "title": chunk.title, "kind": chunk.kind},
+        )
+        for chunk in knowledge_candidates(
+            tenant=agent.tenant, query=query, query_vector=vector, limit=KNOWLEDGE_CANDIDATES
+        )
+    ]

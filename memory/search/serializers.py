@@ -1,0 +1,154 @@
+"""Request and response shapes of memory search (``POST /api/v1/memories/search/``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers
+
+from config.api import ApiError
+from memory.embeddings.backends import embedding_problem, unit_vector
+from memory.search.legs import SearchFilters
+from memory.search.ranking import SOURCES, SearchWeights
+
+
+class SearchRequestSerializer(serializers.Serializer[Any]):
+    """A search: every value is checked here, with a code of its own, before anything runs."""
+
+    agent = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="Agent name. An agent-scoped key may omit it (it searches as itself).",
+    )
+    query = serializers.CharField(max_length=10000, allow_blank=True, trim_whitespace=False)
+    top_k = serializers.IntegerField(required=False, default=5)
+    sources = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text=f"Subset of {list(SOURCES)}."
+    )
+    filters = serializers.JSONField(
+        required=False,
+        help_text="Over the agent's memories: session_id, memory_type, tags (all of), "
+        "metadata (contains).",
+    )
+    weights = serializers.JSONField(
+        required=False,
+        help_text="Override any of similarity, recency, importance, source_priority.",
+    )
+    threshold = serializers.FloatField(required=False, allow_null=True)
+    embedding = serializers.ListField(
+        child=serializers.FloatField(),
+        required=False,
+        help_text="The query's vector, when the caller has already embedded it with this "
+        "deployment's embedding model; the service then does not embed the query itself.",
+    )
+
+    def validate_query(self, value: str) -> str:
+        if not value.strip():
+            raise ApiError(code="empty_query", message="The query is empty or only whitespace.")
+        return value
+
+    def validate_top_k(self, value: int) -> int:
+        if not 1 <= value <= settings.SEARCH_MAX_TOP_K:
+            raise ApiError(
+                code="invalid_top_k",
+                message=f"top_k must be between 1 and {settings.SEARCH_MAX_TOP_K}.",
+            )
+        return value
+
+    def validate_sources(self, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(SOURCES))
+        if unknown or not value:
+            raise ApiError(
+                code="invalid_source",
+                message=f"sources must be a non-empty subset of {', '.join(SOURCES)}.",
+                details={"unknown": unknown},
+            )
+        return value
+
+    def validate_embedding(self, value: list[float]) -> list[float]:
+        problem = embedding_problem(value)
+        if problem is not None:
+            raise ApiError(code=problem[0], message=problem[1])
+        unit = unit_vector(value)
+        assert unit is not None  # embedding_problem refuses what has no direction
+        return unit
+
+    def validate_threshold(self, value: float | None) -> float | None:
+        if value is not None and not -1.0 <= value <= 1.0:
+            raise ApiError(code="invalid_threshold", message="threshold must be in [-1, 1].")
+        return value
+
+    def validate_filters(self, value: Any) -> SearchFilters:
+        problem = ApiError(
+            code="invalid_filters",
+            message="filters must be an object with session_id and memory_type (strings), "
+            "tags (a list of strings) and metadata (an object).",
+        )
+        if not isinstance(value, dict) or set(value) - {
+            "session_id",
+            "memory_type",
+            "tags",
+            "metadata",
+        }:
+            raise problem
+        tags = value.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            raise problem
+        if not isinstance(value.get("metadata", {}), dict):
+            raise problem
+        for name in ("session_id", "memory_type"):
+            if name in value and not isinstance(value[name], str):
+                raise problem
+        return SearchFilters(
+            session_id=value.get("session_id"),
+            memory_type=value.get("memory_type"),
+            tags=tuple(tags),
+            metadata=value.get("metadata", {}),
+        )
+
+    def validate_weights(self, value: Any) -> SearchWeights:
+        defaults = SearchWeights.configured()
+        names = set(asdict(defaults))
+        if (
+            not isinstance(value, dict)
+            or set(value) - names
+            or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 100
+                for v in value.values()
+            )
+        ):
+            raise ApiError(
+                code="invalid_weights",
+                message="weights must be an object of non-negative numbers named "
+                f"{', '.join(sorted(names))}.",
+            )
+        return replace(defaults, **{name: float(v) for name, v in value.items()})
+
+
+class SearchHitSerializer(serializers.Serializer[Any]):
+    source = serializers.ChoiceField(choices=list(SOURCES))  # type: ignore[assignment]
+    id = serializers.IntegerField(
+        help_text="Memory id, event seq or knowledge-base chunk id, by source."
+    )
+    content = serializers.CharField()
+    score = serializers.FloatField()
+    breakdown = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="similarity, recency, importance and source_priority (each in [0, 1]), "
+        "plus the evidence behind similarity: cosine and keyword.",
+    )
+    contributions = serializers.DictField(
+        child=serializers.FloatField(), help_text="weight * term; they add up to score."
+    )
+    details = serializers.DictField(help_text="Source-specific fields.")
+
+
+class SearchResultSerializer(serializers.Serializer[Any]):
+    results = SearchHitSerializer(many=True, source="hits")
+    semantic = serializers.BooleanField(
+        help_text="False when the embedder was unavailable and keywords alone ranked."
+    )
+    took_ms = serializers.FloatField()
+    candidates = serializers.IntegerField()
