@@ -225,14 +225,22 @@ def _chain_batch(tenant_id: int, after_seq: int, until_seq: int | None) -> list[
         return list(cursor.fetchall())
 
 
-def membership_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Membership | None:
-    """The person's membership; with several tenants, the oldest (tenant switching comes later)."""
-    return (
+def memberships_for_user(*, user: AbstractBaseUser | AnonymousUser) -> list[Membership]:
+    """Every seat of the person, oldest first, with its tenant: one query (a person holds few)."""
+    return list(
         Membership.objects.select_related("tenant")
         .filter(user_id=user.pk)
         .order_by("created_at", "id")
-        .first()
     )
+
+
+def membership_chosen(seats: list[Membership], *, tenant_id: object) -> Membership | None:
+    """The seat in the tenant the person chose (``tenant_id`` from the session), or their oldest
+    seat when the choice is missing or no longer one of their seats (removed since)."""
+    for seat in seats:
+        if seat.tenant_id == tenant_id:
+            return seat
+    return seats[0] if seats else None
 
 
 @dataclass(frozen=True)

@@ -33,4 +33,5 @@ page_urlpatterns: list[Any] = [
         include(([path("", views.ledger_browser, name="browser")], "ledger")),
     ),
     path("jobs/", include(([path("", views.jobs_status, name="status")], "jobs"))),
+    path("people/", include("ledger.people.urls")),
 ]

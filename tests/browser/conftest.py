@@ -102,7 +102,9 @@ def screenshot(page: Any) -> Callable[[str], Path]:
 
     def save(name: str) -> Path:
         path = SCREENSHOTS / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        # caret="initial": hiding the caret makes Playwright inject a <style>, which the CSP
+        # refuses; the refusal reaches the console later and failed a test screenshotting midway.
+        page.screenshot(path=str(path), full_page=True, caret="initial")
         return path
 
     return save
