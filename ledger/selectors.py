@@ -14,7 +14,15 @@ from django.db.models import Q
 
 from ledger.anchors import Checkpoint, CheckpointLog, checkpoints_read
 from ledger.chain import event_hash
-from ledger.models import Agent, ApiKey, Event, Membership, RecallSettings, Tenant
+from ledger.models import (
+    Agent,
+    ApiKey,
+    ChainVerification,
+    Event,
+    Membership,
+    RecallSettings,
+    Tenant,
+)
 
 _VERIFY_BATCH = 10_000
 
@@ -443,3 +451,8 @@ def event_kinds(*, tenant: Tenant, limit: int = 200) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(EVENT_KINDS_SQL, {"tenant": tenant.pk, "limit": limit})
         return [row[0] for row in cursor.fetchall()]
+
+
+def chain_verification_latest(*, tenant: Tenant) -> ChainVerification | None:
+    """The tenant's latest on-demand verification ("Verify now" or verify_ledger), if any."""
+    return ChainVerification.objects.filter(tenant=tenant).order_by("-checked_at", "-pk").first()

@@ -126,7 +126,7 @@ def membership_invite(
     path = ""
     if created:
         path = reverse(
-            "people:set_password",
+            "set_password",
             kwargs={
                 "uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
                 "token": default_token_generator.make_token(user),

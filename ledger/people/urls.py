@@ -1,4 +1,4 @@
-"""The People page, its actions, the tenant switch and the invited person's password page."""
+"""The People page, its actions and the tenant switch; and the invited person's password page."""
 
 from __future__ import annotations
 
@@ -16,5 +16,9 @@ urlpatterns: list[Any] = [
     path("<int:pk>/role/", views.people_role_change, name="role"),
     path("<int:pk>/remove/", views.people_remove, name="remove"),
     path("switch/", views.tenant_switch, name="switch"),
+]
+
+# Outside the People section: the invited person opens it before they can sign in.
+welcome_urlpatterns: list[Any] = [
     path("welcome/<uidb64>/<token>/", views.SetPasswordView.as_view(), name="set_password"),
 ]

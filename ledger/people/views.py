@@ -8,7 +8,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
@@ -16,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.api import ApiError
 from config.views import HtmxHttpRequest
-from config.web import partial_wanted, role_required, tenant_membership
+from config.web import membership_required, partial_wanted, role_required, tenant_membership
 from ledger.middleware import SESSION_TENANT_KEY
 from ledger.models import Membership, Role
 from ledger.people import services
@@ -145,8 +144,8 @@ def people_remove(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return response
 
 
-@login_required
 @require_POST
+@membership_required
 def tenant_switch(request: HtmxHttpRequest) -> HttpResponse:
     """Work in another tenant the person holds a seat in; the choice is checked again by the
     membership middleware on every request."""
