@@ -411,13 +411,15 @@ def jobs_failing() -> list[str]:
 
 
 def _next_due(task: Any, now: datetime) -> datetime | None:
+    """When beat next sends the task, computed as beat does (django_celery_beat ModelEntry):
+    a task that never ran counts from when its row last changed, so a daily cron created at
+    06:00 is next due at its hour tomorrow, not "now"; before a future start_time, that time."""
     if not task.enabled:
         return None
-    schedule = task.schedule
-    last = task.last_run_at
-    if last is None:
-        return task.start_time or now
-    remaining: timedelta = schedule.remaining_estimate(last)
+    if task.last_run_at is None and task.start_time is not None and task.start_time > now:
+        return task.start_time  # type: ignore[no-any-return]
+    last = task.last_run_at or task.date_changed or now
+    remaining: timedelta = task.schedule.remaining_estimate(last)
     return max(now, now + remaining)
 
 
