@@ -23,6 +23,7 @@ class LedgerConfig(AppConfig):
             "api_key.revoked",
             "api_key.role_changed",  # ledger/migrations/0009_api_key_admin_is_tenant_wide.py
             "recall_settings.updated",
+            "job_schedule.updated",
         )
 
         # DRF's generic classes are typed in its stubs but not subscriptable at run time.

@@ -420,7 +420,10 @@ def _next_due(task: Any, now: datetime) -> datetime | None:
         return task.start_time  # type: ignore[no-any-return]
     last = task.last_run_at or task.date_changed or now
     remaining: timedelta = task.schedule.remaining_estimate(last)
-    return max(now, now + remaining)
+    # Celery measures ``remaining`` from its own clock, read a moment after ``now``: rounded to
+    # the second, a 03:00 run reads 03:00, not 02:59:59.98.
+    due = now + remaining + timedelta(milliseconds=500)
+    return max(now, due.replace(microsecond=0))
 
 
 def job_statuses(*, now: datetime | None = None) -> list[JobStatus]:

@@ -41,7 +41,18 @@ page_urlpatterns: list[Any] = [
             )
         ),
     ),
-    path("jobs/", include(([path("", views.jobs_status, name="status")], "jobs"))),
+    path(
+        "jobs/",
+        include(
+            (
+                [
+                    path("", views.jobs_status, name="status"),
+                    path("schedule/", views.jobs_schedule, name="schedule"),
+                ],
+                "jobs",
+            )
+        ),
+    ),
     path("people/", include("ledger.people.urls")),
     *people_urls.welcome_urlpatterns,
 ]

@@ -8,15 +8,19 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from django.http import HttpResponse
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from config.api import ApiError
 from config.views import HtmxHttpRequest
 from config.web import membership_required, partial_wanted, role_required, tenant_membership
 from ledger.anchors import checkpoint_latest
-from ledger.forms import EventFilterForm
-from ledger.jobs import CHECKPOINT_JOB, JobStatus, chain_check_status, job_statuses
+from ledger.forms import EventFilterForm, JobScheduleForm
+from ledger.job_schedules import JOBS_ALWAYS_ON, job_schedule_editable_by, job_schedule_update
+from ledger.jobs import CHECKPOINT_JOB, JOBS, Daily, JobStatus, chain_check_status, job_statuses
 from ledger.models import Agent, ChainVerification, Event, Role, Tenant
 from ledger.selectors import (
     EVENT_PAYLOAD_PREVIEW_CHARS,
@@ -195,9 +199,79 @@ def jobs_status(request: HtmxHttpRequest) -> HttpResponse:
     membership = tenant_membership(request)
     context = {
         "jobs": [_readable_schedule(status) for status in job_statuses()],
-        # Schedules are global (one decay job serves every tenant): admins edit them in the
-        # Django admin; the page only links there.
-        "can_edit_schedules": membership.role == Role.ADMIN,
+        # Schedules are global (one decay job serves every tenant): only an operator changes
+        # them (ledger.job_schedules says why); the Django admin lets staff in only.
+        "can_edit_schedules": job_schedule_editable_by(
+            user=request.user,  # type: ignore[arg-type]
+            role=membership.role,
+        ),
     }
     template = "ledger/partials/jobs_table.html" if partial_wanted(request) else "ledger/jobs.html"
     return render(request, template, context)
+
+
+def _schedule_rows() -> list[dict[str, Any]]:
+    from django_celery_beat.models import PeriodicTask
+
+    tasks = {
+        task.name: task
+        for task in PeriodicTask.objects.filter(name__in=list(JOBS)).select_related(
+            "interval", "crontab"
+        )
+    }
+    rows = []
+    for name, spec in JOBS.items():
+        task = tasks.get(name)
+        if task is None:
+            continue
+        rows.append(
+            {
+                "name": name,
+                "description": spec.description,
+                "daily": isinstance(spec.schedule, Daily),
+                "enabled": task.enabled,
+                "every_minutes": task.interval.every if task.interval else None,
+                "daily_at": (
+                    f"{int(task.crontab.hour):02d}:{int(task.crontab.minute):02d}"
+                    if task.crontab
+                    and task.crontab.hour.isdigit()
+                    and task.crontab.minute.isdigit()
+                    else ""
+                ),
+                "always_on": name in JOBS_ALWAYS_ON,
+            }
+        )
+    return rows
+
+
+@role_required(Role.ADMIN)
+def jobs_schedule(request: HtmxHttpRequest) -> HttpResponse:
+    """Read and change the jobs' schedule in the app: operators only (ledger.job_schedules)."""
+    if not job_schedule_editable_by(user=request.user, role=Role.ADMIN):  # type: ignore[arg-type]
+        raise PermissionDenied("Schedules serve every tenant: only an operator changes them.")
+    if request.method == "POST":
+        form = JobScheduleForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, form.problem())
+            return redirect("jobs:schedule")
+        data = form.cleaned_data
+        at = data["daily_at"]
+        try:
+            changes = job_schedule_update(
+                name=data["name"],
+                actor=actor_for_user(request.user),  # type: ignore[arg-type]
+                enabled=data["enabled"],
+                every_minutes=data["every_minutes"],
+                daily_at=(at.hour, at.minute) if at else None,
+            )
+        except ApiError as refused:
+            messages.error(request, str(refused.detail))
+            return redirect("jobs:schedule")
+        if changes:
+            messages.success(request, f"{data['name']}: saved; beat picks it up within seconds.")
+        else:
+            messages.info(request, f"{data['name']}: nothing changed.")
+        return redirect("jobs:schedule")
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    return render(request, "ledger/job_schedule.html", {"rows": _schedule_rows()})

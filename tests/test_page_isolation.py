@@ -51,6 +51,7 @@ class Page:
             "ledger:browser": "/ledger/",
             "ledger:verify": "/ledger/verify/",
             "jobs:status": "/jobs/",
+            "jobs:schedule": "/jobs/schedule/",
             "people:list": "/people/",
             "people:invite": "/people/invite/",
             "people:role": "/people/{pk}/role/",
@@ -80,6 +81,8 @@ PAGES = (
     Page("ledger:browser"),
     Page("ledger:verify", "post", admin_only=True),
     Page("jobs:status"),
+    # Operators only (staff with the beat permission): every tenant admin here is refused.
+    Page("jobs:schedule", "post", data=(("name", "memory.decay"),), admin_only=True),
     Page("people:list", admin_only=True),
     Page("people:invite", "post", data=(("username", "x"), ("role", "admin")), admin_only=True),
     Page("people:role", "post", victim="membership", data=(("role", "admin"),), admin_only=True),

@@ -83,3 +83,74 @@ def test_a_reviewer_has_no_verify_button(page_as, ledger_rows, viewport):
     expect(page.locator("#chain-status")).to_be_visible()
     expect(page.get_by_role("button", name="Verify now")).to_have_count(0)
     assert_fits(page, viewport)
+
+
+def sign_in_staff(page, tenant, username="ops"):
+    from django.contrib.auth import get_user_model
+
+    from ledger.people.services import membership_grant
+    from tests.browser.conftest import PASSWORD
+
+    user = get_user_model().objects.create_superuser(username=username, password=PASSWORD)
+    membership_grant(tenant=tenant, user=user, role=Role.ADMIN)
+    page.goto("/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login/" not in url)
+    return page
+
+
+@pytest.fixture
+def scheduled(tenant):
+    from ledger.jobs import job_schedules_ensure
+    from ledger.tasks import idempotency_records_expire_task
+
+    job_schedules_ensure()
+    idempotency_records_expire_task.apply()
+    return tenant
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+def test_a_tenant_admin_reads_the_jobs_without_dead_links(page_as, scheduled, screenshot, viewport):
+    page = page_as(Role.ADMIN)
+    if viewport:
+        page.set_viewport_size(viewport)
+    page.goto("/jobs/")
+    chain = page.locator("#job-ledgerchain_verify")
+    expect(chain).to_contain_text("cron 0 3 * * * UTC")
+    # Never run yet, daily at 03:00: its next run is an 03:00, not "now".
+    expect(chain.locator("dd time").first).to_contain_text("03:00 UTC")
+    expect(page.get_by_role("link", name="Edit in the admin")).to_have_count(0)
+    expect(page.get_by_role("link", name="Admin", exact=True)).to_have_count(0)
+    expect(page.get_by_text("your operator changes the schedule")).to_be_visible()
+    assert_fits(page, viewport)
+    screenshot(f"jobs-tenant-admin{'-phone' if viewport else ''}")
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+def test_an_operator_changes_a_schedule_in_the_app(page, scheduled, screenshot, viewport):
+    from django_celery_beat.models import PeriodicTask
+
+    from ledger.models import Event
+
+    if viewport:
+        page.set_viewport_size(viewport)
+    sign_in_staff(page, scheduled)
+    page.goto("/jobs/")
+    page.locator("#job-ledgeridempotency_expiry").get_by_role("link", name="Change").click()
+    page.wait_for_url("**/jobs/schedule/**")
+    card = page.locator("#schedule-ledgeridempotency_expiry")
+    card.get_by_label("Every (minutes)").fill("30")
+    card.get_by_role("button", name="Save").click()
+    expect(page.get_by_text("ledger.idempotency_expiry: saved")).to_be_visible()
+    assert PeriodicTask.objects.get(name="ledger.idempotency_expiry").interval.every == 30
+    event = Event.objects.filter(tenant=scheduled, kind="job_schedule.updated").get()
+    assert event.actor == "human:ops"
+    assert event.payload["changes"] == {"every_minutes": 30}
+    expect(page.locator("#schedule-ledgerchain_verify")).to_contain_text("always")
+    assert_fits(page, viewport)
+    screenshot(f"jobs-schedule{'-phone' if viewport else ''}")
+
+    page.goto("/jobs/")
+    expect(page.locator("#job-ledgeridempotency_expiry")).to_contain_text("every 30 minutes")
