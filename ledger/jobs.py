@@ -426,17 +426,18 @@ def _next_due(task: Any, now: datetime) -> datetime | None:
     return max(now, due.replace(microsecond=0))
 
 
-def job_statuses(*, now: datetime | None = None) -> list[JobStatus]:
-    """Every registered job: its schedule as beat has it, its last runs, when it is next due."""
+def job_periodic_tasks() -> dict[str, Any]:
+    """The beat rows (PeriodicTask, with their schedules) of the registered jobs, by name."""
     from django_celery_beat.models import PeriodicTask
 
+    rows = PeriodicTask.objects.filter(name__in=list(JOBS)).select_related("interval", "crontab")
+    return {task.name: task for task in rows}
+
+
+def job_statuses(*, now: datetime | None = None) -> list[JobStatus]:
+    """Every registered job: its schedule as beat has it, its last runs, when it is next due."""
     moment = now or timezone.now()
-    periodic = {
-        task.name: task
-        for task in PeriodicTask.objects.filter(name__in=list(JOBS)).select_related(
-            "interval", "crontab"
-        )
-    }
+    periodic = job_periodic_tasks()
     statuses = []
     for name, spec in JOBS.items():
         task = periodic.get(name)

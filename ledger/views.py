@@ -20,7 +20,15 @@ from config.web import membership_required, partial_wanted, role_required, tenan
 from ledger.anchors import checkpoint_latest
 from ledger.forms import EventFilterForm, JobScheduleForm
 from ledger.job_schedules import JOBS_ALWAYS_ON, job_schedule_editable_by, job_schedule_update
-from ledger.jobs import CHECKPOINT_JOB, JOBS, Daily, JobStatus, chain_check_status, job_statuses
+from ledger.jobs import (
+    CHECKPOINT_JOB,
+    JOBS,
+    Daily,
+    JobStatus,
+    chain_check_status,
+    job_periodic_tasks,
+    job_statuses,
+)
 from ledger.models import Agent, ChainVerification, Event, Role, Tenant
 from ledger.selectors import (
     EVENT_PAYLOAD_PREVIEW_CHARS,
@@ -211,14 +219,7 @@ def jobs_status(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _schedule_rows() -> list[dict[str, Any]]:
-    from django_celery_beat.models import PeriodicTask
-
-    tasks = {
-        task.name: task
-        for task in PeriodicTask.objects.filter(name__in=list(JOBS)).select_related(
-            "interval", "crontab"
-        )
-    }
+    tasks = job_periodic_tasks()
     rows = []
     for name, spec in JOBS.items():
         task = tasks.get(name)

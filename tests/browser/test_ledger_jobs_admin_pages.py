@@ -89,16 +89,11 @@ def sign_in_staff(page, tenant, username="ops"):
     from django.contrib.auth import get_user_model
 
     from ledger.people.services import membership_grant
-    from tests.browser.conftest import PASSWORD
+    from tests.browser.conftest import PASSWORD, log_in
 
     user = get_user_model().objects.create_superuser(username=username, password=PASSWORD)
     membership_grant(tenant=tenant, user=user, role=Role.ADMIN)
-    page.goto("/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/login/" not in url)
-    return page
+    return log_in(page, username)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from ledger.models import Event, Membership, Role
 from ledger.people.services import membership_grant
 from ledger.services import tenant_create
-from tests.browser.conftest import PASSWORD
+from tests.browser.conftest import PASSWORD, log_in
 
 PHONE = {"width": 390, "height": 844}
 WIDTHS = [pytest.param(None, id="1366"), pytest.param(PHONE, id="390")]
@@ -96,11 +96,7 @@ def test_a_person_with_two_seats_switches_tenant(page, live_server, tenant, scre
     gina = get_user_model().objects.create_user(username="gina", password=PASSWORD)
     membership_grant(tenant=tenant, user=gina, role=Role.REVIEWER)
     membership_grant(tenant=globex, user=gina, role=Role.ADMIN)
-    page.goto("/login/")
-    page.fill("#id_username", "gina")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/login/" not in url)
+    log_in(page, "gina")
 
     switch = page.get_by_label("Tenant")
     expect(switch.locator("option:checked")).to_have_text("Acme Research")
