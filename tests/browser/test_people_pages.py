@@ -114,3 +114,22 @@ def test_a_person_with_two_seats_switches_tenant(page, live_server, tenant, scre
     expect(page.locator("[data-username=gina]")).to_be_visible()
     assert_fits(page, viewport)
     screenshot(f"tenant-switched{'-phone' if viewport else ''}")
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+def test_the_navigation_is_one_row_on_every_section(page_as, tenant, viewport):
+    page = page_as(Role.ADMIN)
+    if viewport:
+        page.set_viewport_size(viewport)
+    links = page.locator(".site-nav__list a.site-nav__link").evaluate_all(
+        "links => links.map(link => link.getAttribute('href'))"
+    )
+    assert "/people/" in links
+    for href in links:
+        if href.startswith("/api/"):
+            continue  # Swagger UI: a page of its own, without our header
+        page.goto(href)
+        assert nav_rows(page) == 1, href
+        # The strip scrolls inside itself; the page keeps the screen's width (its header too).
+        header = page.locator(".site-header").evaluate("h => h.scrollWidth")
+        assert header <= (viewport or {"width": 1366})["width"], href
