@@ -10,8 +10,9 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse_lazy
+from django.urls import reverse, reverse_lazy
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from config.api import ApiError
 from config.views import HtmxHttpRequest
@@ -140,7 +141,7 @@ def people_remove(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         # They removed their own seat: the page they are on is no longer theirs to see.
         response = redirect("home")
         if partial_wanted(request):
-            response = HttpResponse(status=204, headers={"HX-Redirect": reverse_lazy("home")})
+            response = HttpResponseClientRedirect(reverse("home"))
     return response
 
 

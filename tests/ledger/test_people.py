@@ -250,3 +250,12 @@ def test_a_person_with_two_seats_switches_tenant(tenant, other_tenant, client):
 def test_a_switch_to_a_tenant_without_a_seat_is_a_404(tenant, other_tenant, reviewer_client):
     assert reviewer_client.post("/people/switch/", {"tenant": other_tenant.pk}).status_code == 404
     assert reviewer_client.post("/people/switch/", {"tenant": "x"}).status_code == 404
+
+
+def test_an_admin_who_removes_their_own_seat_is_sent_home(tenant, tenant_admin_client):
+    people.membership_grant(tenant=tenant, user=make_user("other-admin"), role=Role.ADMIN)
+    me = Membership.objects.get(tenant=tenant, user__username__startswith="admin-")
+    answer = tenant_admin_client.post(f"/people/{me.pk}/remove/", headers=HTMX)
+    assert answer["HX-Redirect"] == "/"
+    assert not Membership.objects.filter(pk=me.pk).exists()
+    assert tenant_admin_client.get("/people/").status_code == 403
