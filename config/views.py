@@ -17,6 +17,8 @@ class HtmxHttpRequest(HttpRequest):
 
     htmx: HtmxDetails
     membership: Membership | None
+    # Every seat of the person (a tenant switcher shows when there are several).
+    memberships: list[Membership]
 
 
 @never_cache

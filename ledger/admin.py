@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -132,8 +134,54 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin[Membership]):
+    """Seats are granted, changed and removed through the seat services, so each change here is
+    a ledger event as on the People page; whose seat in which tenant is fixed once made."""
+
     list_display = ["user", "tenant", "role", "created_at"]
     list_filter = ["tenant", "role"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Membership | None = None) -> list[str]:
+        return ["tenant", "user"] if obj is not None else []
+
+    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
+        from ledger import services  # imported here, as in AgentAdmin.save_model
+        from ledger.people import services as people
+
+        actor = services.actor_for_user(request.user)  # type: ignore[arg-type]
+        with _refusal_as_message(self, request):
+            if change:
+                saved = people.membership_role_change(
+                    membership=Membership.objects.get(pk=obj.pk), role=obj.role, actor=actor
+                )
+            else:
+                saved = people.membership_grant(
+                    tenant=obj.tenant, user=obj.user, role=obj.role, actor=actor
+                )
+            obj.pk = saved.pk
+
+    def delete_model(self, request: HttpRequest, obj: Membership) -> None:
+        self.delete_queryset(request, Membership.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Membership]) -> None:
+        from ledger import services  # imported here, as in save_model
+        from ledger.people import services as people
+
+        actor = services.actor_for_user(request.user)  # type: ignore[arg-type]
+        for seat in queryset.select_related("tenant", "user"):
+            with _refusal_as_message(self, request):
+                people.membership_remove(membership=seat, actor=actor)
+
+
+@contextmanager
+def _refusal_as_message(model_admin: Any, request: HttpRequest) -> Iterator[None]:
+    """A service's refusal (the tenant's last admin) shown as the admin's error message; the
+    admin then still says "changed successfully", so the message says what did not happen."""
+    from config.api import ApiError
+
+    try:
+        yield
+    except ApiError as refused:
+        model_admin.message_user(request, f"Not saved: {refused.detail}", level=messages.ERROR)
 
 
 @admin.register(Event)

@@ -17,10 +17,13 @@ class LedgerConfig(AppConfig):
         service_kinds_register(
             "tenant.created",
             "membership.granted",
+            "membership.role_changed",
+            "membership.removed",
             "api_key.created",
             "api_key.revoked",
             "api_key.role_changed",  # ledger/migrations/0009_api_key_admin_is_tenant_wide.py
             "recall_settings.updated",
+            "job_schedule.updated",
         )
 
         # DRF's generic classes are typed in its stubs but not subscriptable at run time.

@@ -43,3 +43,18 @@ class EventFilterForm(forms.Form):
             since=data["since"],
             before=data["before"],
         )
+
+
+class JobScheduleForm(forms.Form):
+    """One job's schedule as the app may change it (ledger.job_schedules)."""
+
+    name = forms.CharField(max_length=100)
+    enabled = forms.BooleanField(required=False, label="Runs")
+    every_minutes = forms.IntegerField(required=False, label="Every (minutes)")
+    daily_at = forms.TimeField(required=False, label="Daily at (UTC)", input_formats=["%H:%M"])
+
+    def problem(self) -> str:
+        return " ".join(
+            f"{self[name].label}: {' '.join(str(e) for e in errors)}"
+            for name, errors in self.errors.items()
+        )

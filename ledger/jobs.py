@@ -411,27 +411,33 @@ def jobs_failing() -> list[str]:
 
 
 def _next_due(task: Any, now: datetime) -> datetime | None:
+    """When beat next sends the task, computed as beat does (django_celery_beat ModelEntry):
+    a task that never ran counts from when its row last changed, so a daily cron created at
+    06:00 is next due at its hour tomorrow, not "now"; before a future start_time, that time."""
     if not task.enabled:
         return None
-    schedule = task.schedule
-    last = task.last_run_at
-    if last is None:
-        return task.start_time or now
-    remaining: timedelta = schedule.remaining_estimate(last)
-    return max(now, now + remaining)
+    if task.last_run_at is None and task.start_time is not None and task.start_time > now:
+        return task.start_time  # type: ignore[no-any-return]
+    last = task.last_run_at or task.date_changed or now
+    remaining: timedelta = task.schedule.remaining_estimate(last)
+    # Celery measures ``remaining`` from its own clock, read a moment after ``now``: rounded to
+    # the second, a 03:00 run reads 03:00, not 02:59:59.98.
+    due = now + remaining + timedelta(milliseconds=500)
+    return max(now, due.replace(microsecond=0))
+
+
+def job_periodic_tasks() -> dict[str, Any]:
+    """The beat rows (PeriodicTask, with their schedules) of the registered jobs, by name."""
+    from django_celery_beat.models import PeriodicTask
+
+    rows = PeriodicTask.objects.filter(name__in=list(JOBS)).select_related("interval", "crontab")
+    return {task.name: task for task in rows}
 
 
 def job_statuses(*, now: datetime | None = None) -> list[JobStatus]:
     """Every registered job: its schedule as beat has it, its last runs, when it is next due."""
-    from django_celery_beat.models import PeriodicTask
-
     moment = now or timezone.now()
-    periodic = {
-        task.name: task
-        for task in PeriodicTask.objects.filter(name__in=list(JOBS)).select_related(
-            "interval", "crontab"
-        )
-    }
+    periodic = job_periodic_tasks()
     statuses = []
     for name, spec in JOBS.items():
         task = periodic.get(name)

@@ -398,3 +398,32 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} {self.status} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ChainVerification(TenantOwned):
+    """The outcome of one on-demand walk of a tenant's chain: an admin's "Verify now" on the
+    ledger page, or ``manage.py verify_ledger``. The ledger page's chain panel shows the latest
+    beside what the nightly job found. Not an event: appending one would change the chain it
+    describes, and a check changes nothing."""
+
+    class Source(models.TextChoices):
+        PAGE = "page", "Verify now"
+        COMMAND = "command", "verify_ledger"
+
+    checked_at = models.DateTimeField(db_index=True)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    # "human:<username>" for the page, "system" for the command.
+    checked_by = models.CharField(max_length=200)
+    ok = models.BooleanField()
+    events_checked = models.BigIntegerField()
+    head_seq = models.BigIntegerField(default=0)
+    broken_seq = models.BigIntegerField(null=True, blank=True)
+    code = models.CharField(max_length=64, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    duration_seconds = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-checked_at"], name="chainverification_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} {'ok' if self.ok else 'BROKEN'} at {self.checked_at:%Y-%m-%d %H:%M}"

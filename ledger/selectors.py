@@ -14,7 +14,15 @@ from django.db.models import Q
 
 from ledger.anchors import Checkpoint, CheckpointLog, checkpoints_read
 from ledger.chain import event_hash
-from ledger.models import Agent, ApiKey, Event, Membership, RecallSettings, Tenant
+from ledger.models import (
+    Agent,
+    ApiKey,
+    ChainVerification,
+    Event,
+    Membership,
+    RecallSettings,
+    Tenant,
+)
 
 _VERIFY_BATCH = 10_000
 
@@ -225,14 +233,22 @@ def _chain_batch(tenant_id: int, after_seq: int, until_seq: int | None) -> list[
         return list(cursor.fetchall())
 
 
-def membership_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Membership | None:
-    """The person's membership; with several tenants, the oldest (tenant switching comes later)."""
-    return (
+def memberships_for_user(*, user: AbstractBaseUser | AnonymousUser) -> list[Membership]:
+    """Every seat of the person, oldest first, with its tenant: one query (a person holds few)."""
+    return list(
         Membership.objects.select_related("tenant")
         .filter(user_id=user.pk)
         .order_by("created_at", "id")
-        .first()
     )
+
+
+def membership_chosen(seats: list[Membership], *, tenant_id: object) -> Membership | None:
+    """The seat in the tenant the person chose (``tenant_id`` from the session), or their oldest
+    seat when the choice is missing or no longer one of their seats (removed since)."""
+    for seat in seats:
+        if seat.tenant_id == tenant_id:
+            return seat
+    return seats[0] if seats else None
 
 
 @dataclass(frozen=True)
@@ -435,3 +451,8 @@ def event_kinds(*, tenant: Tenant, limit: int = 200) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(EVENT_KINDS_SQL, {"tenant": tenant.pk, "limit": limit})
         return [row[0] for row in cursor.fetchall()]
+
+
+def chain_verification_latest(*, tenant: Tenant) -> ChainVerification | None:
+    """The tenant's latest on-demand verification ("Verify now" or verify_ledger), if any."""
+    return ChainVerification.objects.filter(tenant=tenant).order_by("-checked_at", "-pk").first()

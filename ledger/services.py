@@ -254,17 +254,10 @@ def tenant_create(*, name: str, slug: str, actor: str = SYSTEM_ACTOR) -> Tenant:
 def membership_grant(
     *, tenant: Tenant, user: AbstractBaseUser, role: str, actor: str = SYSTEM_ACTOR
 ) -> Membership:
-    with transaction.atomic():
-        membership, _ = Membership.objects.update_or_create(
-            tenant=tenant, user_id=user.pk, defaults={"role": role}
-        )
-        event_append(
-            tenant=tenant,
-            kind="membership.granted",
-            actor=actor,
-            payload={"username": user.get_username(), "role": role},
-        )
-    return membership
+    """Seats have their own services (``ledger.people.services``); kept here for its callers."""
+    from ledger.people.services import membership_grant as grant
+
+    return grant(tenant=tenant, user=user, role=role, actor=actor)
 
 
 # --- Agents ------------------------------------------------------------------------------------

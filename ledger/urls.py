@@ -11,6 +11,7 @@ from rest_framework.routers import SimpleRouter
 from ledger import views
 from ledger.api import AgentViewSet, ApiKeyViewSet, EventViewSet, RecallSettingsViewSet
 from ledger.jobs_api import JobViewSet
+from ledger.people import urls as people_urls
 
 api_router = SimpleRouter()
 api_router.register("agents", AgentViewSet, basename="agent")
@@ -30,7 +31,28 @@ api_urlpatterns: list[Any] = [
 page_urlpatterns: list[Any] = [
     path(
         "ledger/",
-        include(([path("", views.ledger_browser, name="browser")], "ledger")),
+        include(
+            (
+                [
+                    path("", views.ledger_browser, name="browser"),
+                    path("verify/", views.ledger_verify, name="verify"),
+                ],
+                "ledger",
+            )
+        ),
     ),
-    path("jobs/", include(([path("", views.jobs_status, name="status")], "jobs"))),
+    path(
+        "jobs/",
+        include(
+            (
+                [
+                    path("", views.jobs_status, name="status"),
+                    path("schedule/", views.jobs_schedule, name="schedule"),
+                ],
+                "jobs",
+            )
+        ),
+    ),
+    path("people/", include("ledger.people.urls")),
+    *people_urls.welcome_urlpatterns,
 ]

@@ -19,12 +19,13 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from ledger.models import Agent, Event, Role, Tenant
+from ledger.people.services import membership_grant
 from tests.memory.private_reflection import SECRET_LINE, SECRET_QUERY, private_reflection_made
 from tests.trust.governance_rows import flag_row, override_row, proposal_row
 
 pytestmark = pytest.mark.django_db
 
-SECTIONS = ("trust", "memory", "ledger", "jobs")
+SECTIONS = ("trust", "memory", "ledger", "jobs", "people")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,14 @@ class Page:
             "memory:explorer": "/memory/",
             "memory:token_savings": "/memory/token-savings/",
             "ledger:browser": "/ledger/",
+            "ledger:verify": "/ledger/verify/",
             "jobs:status": "/jobs/",
+            "jobs:schedule": "/jobs/schedule/",
+            "people:list": "/people/",
+            "people:invite": "/people/invite/",
+            "people:role": "/people/{pk}/role/",
+            "people:remove": "/people/{pk}/remove/",
+            "people:switch": "/people/switch/",
         }[self.name]
         return route.format(pk=pk)
 
@@ -71,7 +79,16 @@ PAGES = (
     Page("memory:explorer"),
     Page("memory:token_savings"),
     Page("ledger:browser"),
+    Page("ledger:verify", "post", admin_only=True),
     Page("jobs:status"),
+    # Operators only (staff with the beat permission): every tenant admin here is refused.
+    Page("jobs:schedule", "post", data=(("name", "memory.decay"),), admin_only=True),
+    Page("people:list", admin_only=True),
+    Page("people:invite", "post", data=(("username", "x"), ("role", "admin")), admin_only=True),
+    Page("people:role", "post", victim="membership", data=(("role", "admin"),), admin_only=True),
+    Page("people:remove", "post", victim="membership", admin_only=True),
+    # The tenant a person switches to: another tenant's id is a 404 like any other.
+    Page("people:switch", "post", victim="tenant"),
 )
 
 
@@ -95,6 +112,12 @@ def victims(tenant: Tenant, agent: Agent) -> dict[str, int]:
         "override": override_row(agent, timezone.now()).pk,
         "flag": flag_row(agent).pk,
         "proposal": proposal_row(tenant).pk,
+        "membership": membership_grant(
+            tenant=tenant,
+            user=get_user_model().objects.create_user(username=f"seated-{tenant.slug}"),
+            role=Role.REVIEWER,
+        ).pk,
+        "tenant": tenant.pk,
     }
 
 
@@ -110,7 +133,10 @@ def mine(tenant: Tenant, make_agent: Callable[..., Agent]) -> dict[str, int]:
 
 def request(client: Client, page: Page, pk: int | None) -> Any:
     call = client.post if page.method == "post" else client.get
-    return call(page.path(pk), dict(page.data))
+    data = dict(page.data)
+    if page.victim == "tenant":
+        data["tenant"] = str(pk)
+    return call(page.path(pk), data)
 
 
 def ledger_size(tenant: Tenant) -> int:
@@ -158,7 +184,7 @@ def test_a_reviewer_cannot_take_admin_actions(client_as, page, tenant, mine):
     client = client_as(tenant, Role.REVIEWER)
     before = ledger_size(tenant)
 
-    response = request(client, page, mine[page.victim])
+    response = request(client, page, mine.get(page.victim))
 
     assert response.status_code == 403
     assert ledger_size(tenant) == before

@@ -86,14 +86,19 @@ def page_as(page: Any, tenant: Tenant) -> Callable[..., Any]:
         name = username or f"{role}-person"
         user = get_user_model().objects.create_user(username=name, password=PASSWORD)
         services.membership_grant(tenant=tenant, user=user, role=role)
-        page.goto("/login/")
-        page.fill("#id_username", name)
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(lambda url: "/login/" not in url)
-        return page
+        return log_in(page, name)
 
     return sign_in
+
+
+def log_in(page: Any, username: str) -> Any:
+    """Sign ``username`` (password ``PASSWORD``) in through the login form; returns the page."""
+    page.goto("/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login/" not in url)
+    return page
 
 
 @pytest.fixture
@@ -102,7 +107,9 @@ def screenshot(page: Any) -> Callable[[str], Path]:
 
     def save(name: str) -> Path:
         path = SCREENSHOTS / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        # caret="initial": hiding the caret makes Playwright inject a <style>, which the CSP
+        # refuses; the refusal reaches the console later and failed a test screenshotting midway.
+        page.screenshot(path=str(path), full_page=True, caret="initial")
         return path
 
     return save

@@ -303,3 +303,34 @@ def test_a_job_name_cannot_be_registered_twice_with_another_task():
     assert JOBS[spec.name] is spec
     with pytest.raises(ValueError, match="already registered"):
         job_register(JobSpec(spec.name, "elsewhere.tasks.other", "", Every(minutes=1)))
+
+
+@pytest.mark.django_db
+def test_a_daily_job_that_never_ran_is_next_due_at_its_hour_not_now():
+    from ledger.jobs import CHAIN_VERIFY_JOB, job_statuses
+
+    job_schedules_ensure()
+    now = timezone.now()
+    assert not PeriodicTask.objects.filter(name=CHAIN_VERIFY_JOB, last_run_at__isnull=False)
+
+    status = next(s for s in job_statuses(now=now) if s.name == CHAIN_VERIFY_JOB)
+
+    # Daily at 03:00 UTC (ledger.jobs.CHAIN_VERIFY): the next 03:00 after the row was made.
+    expected = now.replace(hour=3, minute=0, second=0, microsecond=0)
+    if expected <= now:
+        expected += timedelta(days=1)
+    assert abs((status.next_due_at - expected).total_seconds()) < 5
+
+
+@pytest.mark.django_db
+def test_an_interval_job_that_never_ran_is_due_one_interval_after_its_row_changed():
+    from ledger.jobs import job_statuses
+
+    job_schedules_ensure()
+    made = timezone.now() - timedelta(minutes=2)
+    PeriodicTask.objects.filter(name="trust.regret_inference").update(date_changed=made)
+
+    status = next(s for s in job_statuses() if s.name == "trust.regret_inference")
+
+    # Every 5 minutes, counted from the row's change as beat counts it: 3 minutes from now.
+    assert abs((status.next_due_at - (made + timedelta(minutes=5))).total_seconds()) < 5
