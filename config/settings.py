@@ -312,7 +312,9 @@ STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist"),
 ]
-STATIC_ROOT = DATA_DIR / "static"
+# The image collects them at build into a folder of its own (Dockerfile), so an upgrade serves
+# its own files and never those a data volume kept from the last release.
+STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "static", base=BASE_DIR)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
