@@ -25,6 +25,7 @@ from config.env import (
     env_str,
     search_weights,
 )
+from config.version import VERSION
 
 # Lets typed generics such as ModelAdmin[Agent] work at run time (DRF's: see LedgerConfig).
 django_stubs_ext.monkeypatch()
@@ -269,7 +270,8 @@ SPECTACULAR_SETTINGS = {
         "and trust scores learned from dissents and human overrides. Authenticate with "
         "`Authorization: Bearer <api key>`."
     ),
-    "VERSION": "1",
+    # The service's release (pyproject.toml); the API's own version is the /api/v1/ prefix.
+    "VERSION": VERSION,
     "SERVE_INCLUDE_SCHEMA": False,
     # Swagger UI's assets come from the drf-spectacular-sidecar package: the docs work offline.
     "SWAGGER_UI_DIST": "SIDECAR",
