@@ -43,3 +43,13 @@ def json_option_add(parser: CommandParser) -> None:
 
 def json_summary_write(command: BaseCommand, summary: dict[str, Any]) -> None:
     command.stdout.write(json.dumps(summary, indent=2, sort_keys=True, default=str))
+
+
+def summary_write(
+    command: BaseCommand, *, as_json: bool, summary: dict[str, Any], text: str
+) -> None:
+    """The command's closing words: the JSON summary with ``--json``, else ``text``."""
+    if as_json:
+        json_summary_write(command, summary)
+    else:
+        command.stdout.write(text)

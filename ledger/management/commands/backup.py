@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from config.backups import BackupError, backup_create, tables_count
-from config.progress import json_option_add, json_summary_write, progress_bar
+from config.progress import json_option_add, progress_bar, summary_write
 
 
 def embedded_database_name() -> str:
@@ -57,11 +57,9 @@ class Command(BaseCommand):
                 )
             except BackupError as exc:
                 raise CommandError(str(exc)) from exc
-        if options["json"]:
-            json_summary_write(self, report.as_dict())
-            return
-        self.stdout.write(
+        said = (
             f"Backed up {report.database} ({report.tables} tables, {report.bytes:,} bytes) to "
             f"{report.path} in {report.seconds:.1f} s. Keep the data folder's keys with it "
             "(docs/operations.md#backups-and-upgrades)."
         )
+        summary_write(self, as_json=options["json"], summary=report.as_dict(), text=said)

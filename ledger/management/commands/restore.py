@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from config.backups import BackupError, backup_restore, backup_tables_count
-from config.progress import json_option_add, json_summary_write, progress_bar
+from config.progress import json_option_add, progress_bar, summary_write
 from ledger.management.commands.backup import embedded_database_name
 from ledger.management.commands.up import DataFolderLock, already_running_message
 
@@ -54,11 +54,9 @@ class Command(BaseCommand):
         finally:
             if database == service_database:
                 lock.release()
-        if options["json"]:
-            json_summary_write(self, report.as_dict())
-            return
-        self.stdout.write(
+        said = (
             f"Restored {report.database} from {report.path} ({report.tables} tables) in "
             f"{report.seconds:.1f} s. Run `manage.py verify_ledger`: checkpoints signed after "
             "this backup was taken report its chains as truncated."
         )
+        summary_write(self, as_json=options["json"], summary=report.as_dict(), text=said)
