@@ -413,3 +413,14 @@ def test_every_variable_the_code_reads_is_in_the_readme_table():
     undocumented = variables_read_by_code() - readme_configuration_variables()
 
     assert not undocumented, f"README's configuration table misses: {sorted(undocumented)}"
+
+
+def test_the_image_keeps_what_the_service_reads_at_run_time():
+    # config/version.py reads pyproject.toml; the install reads the lock.
+    ignored = {
+        line.strip().strip("/")
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+
+    assert not ignored & {"pyproject.toml", "requirements", "requirements/production.txt"}
