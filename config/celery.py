@@ -22,9 +22,15 @@ def _beat_on_start(**_: object) -> None:
 @worker_init.connect
 def _verify_deployment(**_: object) -> None:
     # Celery logs and swallows an exception from a signal handler; SystemExit stops the worker.
+    from django.db import connections
+
     from config.checks import DeploymentMismatch, deployment_verify
 
     try:
         deployment_verify()
     except DeploymentMismatch as exc:
         raise SystemExit(str(exc)) from exc
+    finally:
+        # The prefork pool forks after this: a connection shared by the children would mix
+        # their queries on one socket.
+        connections.close_all()
