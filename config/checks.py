@@ -7,10 +7,12 @@ against ``vector(384)``) had every memory stored without a vector, found by keyw
 
 Both are Django system checks (``id`` ``agent_memory.E00x``). The settings check runs with every
 management command, ``runserver`` and ``up`` included; the database checks run where Django runs
-database checks (``migrate``, ``check --database default``). ``deployment_verify`` runs them all
-and stops the process; the WSGI application (gunicorn, runserver), the Celery worker and ``up``
-call it at start. A database that cannot be reached is no mismatch: the start goes on, and the
-outage handling (config/outage.py) answers 503 until it is back.
+database checks (``migrate``, ``check --database default``); column sizes are compared once no
+migration is pending, so ``migrate`` is never stopped by what it is about to change.
+``deployment_verify`` runs them all and stops the process; the WSGI application (gunicorn,
+runserver), the Celery worker and ``up`` call it at start. A database that cannot be reached is
+no mismatch: the start goes on, and the outage handling (config/outage.py) answers 503 until it
+is back.
 """
 
 from __future__ import annotations
@@ -136,13 +138,26 @@ def column_problems(cursor: Any, columns: Sequence[tuple[str, str, int]]) -> lis
     return problems
 
 
+def migrations_pending(alias: str = DEFAULT_DB_ALIAS) -> bool:
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections[alias])
+    return bool(executor.migration_plan(executor.loader.graph.leaf_nodes()))
+
+
 def database_problems(
     alias: str = DEFAULT_DB_ALIAS, columns: Sequence[tuple[str, str, int]] | None = None
 ) -> list[str]:
     try:
         with connections[alias].cursor() as cursor:
             problem = pgvector_version_problem(pgvector_version(cursor))
-            found = column_problems(cursor, vector_columns() if columns is None else columns)
+            # Columns of another size are what a pending migration may change: `migrate`, which
+            # runs these checks first, must not be stopped by what it is about to fix.
+            found = (
+                []
+                if migrations_pending(alias)
+                else column_problems(cursor, vector_columns() if columns is None else columns)
+            )
     except DatabaseError as exc:
         logger.warning("start-up checks skipped the database, unreachable: %s", exc)
         return []

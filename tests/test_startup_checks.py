@@ -103,6 +103,12 @@ def test_a_column_sized_otherwise_in_the_database_is_refused():
 
 
 @pytest.mark.django_db
+def test_the_test_database_has_no_migration_pending():
+    # Else the column comparison above would have been skipped, proving nothing.
+    assert checks.migrations_pending() is False
+
+
+@pytest.mark.django_db
 def test_tables_not_made_yet_pass():
     assert checks.database_problems(columns=[("not_migrated_yet", "embedding", 768)]) == []
 
