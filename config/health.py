@@ -9,6 +9,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from config.version import VERSION
+
 HEARTBEAT_KEY = "agent-memory:worker-heartbeat"
 
 
@@ -77,4 +79,8 @@ def health_report() -> dict[str, Any]:
         "worker": worker_state,
         "jobs": _check_jobs(database_state["ok"]),
     }
-    return {"ok": all(check["ok"] for check in checks.values()), "checks": checks}
+    return {
+        "ok": all(check["ok"] for check in checks.values()),
+        "version": VERSION,
+        "checks": checks,
+    }

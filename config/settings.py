@@ -25,6 +25,7 @@ from config.env import (
     env_str,
     search_weights,
 )
+from config.version import VERSION
 
 # Lets typed generics such as ModelAdmin[Agent] work at run time (DRF's: see LedgerConfig).
 django_stubs_ext.monkeypatch()
@@ -269,7 +270,8 @@ SPECTACULAR_SETTINGS = {
         "and trust scores learned from dissents and human overrides. Authenticate with "
         "`Authorization: Bearer <api key>`."
     ),
-    "VERSION": "1",
+    # The service's release (pyproject.toml); the API's own version is the /api/v1/ prefix.
+    "VERSION": VERSION,
     "SERVE_INCLUDE_SCHEMA": False,
     # Swagger UI's assets come from the drf-spectacular-sidecar package: the docs work offline.
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -312,7 +314,9 @@ STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist"),
 ]
-STATIC_ROOT = DATA_DIR / "static"
+# The image collects them at build into a folder of its own (Dockerfile), so an upgrade serves
+# its own files and never those a data volume kept from the last release.
+STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "static", base=BASE_DIR)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},

@@ -8,6 +8,7 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        import config.checks  # noqa: F401 (registers the start-up checks)
         from ledger.agent_projection import AgentProjection
         from ledger.jobs import CHAIN_VERIFY, CHECKPOINT, IDEMPOTENCY_EXPIRY, job_register
         from ledger.projections import projection_register, service_kinds_register

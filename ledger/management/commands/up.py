@@ -27,6 +27,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from config import embedded, embedded_redis
+from config.checks import DeploymentMismatch, deployment_verify
 from config.env import env_int, env_str
 from config.health import health_report
 from config.supervisor import (
@@ -256,6 +257,7 @@ class Command(BaseCommand):
         steps: list[Callable[[], object]] = [
             self._start_embedded,
             lambda: call_command("migrate", interactive=False, verbosity=verbosity),
+            self._verify_deployment,
             self._ensure_job_schedules,
             lambda: self._collect_static(verbosity=verbosity),
             lambda: self._pending_notes.extend(self.ensure_identity(demo=demo)),
@@ -266,6 +268,12 @@ class Command(BaseCommand):
             step()
         # The children open their own connections; ours would sit idle until shutdown.
         connections.close_all()
+
+    def _verify_deployment(self) -> None:
+        try:
+            deployment_verify()
+        except DeploymentMismatch as exc:
+            raise CommandError(str(exc)) from exc
 
     def _ensure_job_schedules(self) -> None:
         # The data migration seeded them once; this brings back a job whose row was deleted.

@@ -1,0 +1,147 @@
+"""A deployment the search cannot serve refuses to start, saying why (config/checks.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core import checks as django_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db import connection
+from memory.embeddings.local_embedder import DIMENSIONS
+
+from config import checks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def deployment_errors(databases=None):
+    return [
+        message.msg
+        for message in django_checks.run_checks(databases=databases, tags=[checks.TAG])
+        if message.is_serious()
+    ]
+
+
+def test_every_vector_column_of_the_code_is_the_local_models_size():
+    columns = checks.vector_columns()
+
+    # Guards the finder: memories, KB chunks, dissents at least.
+    assert {"memory_memory", "memory_knowledgechunk", "trust_dissentembedding"} <= {
+        t for t, _, _ in columns
+    }
+    assert {dimensions for _, _, dimensions in columns} == {DIMENSIONS}
+
+
+@pytest.mark.django_db
+def test_the_shipped_deployment_passes_every_check():
+    assert deployment_errors(databases=["default"]) == []
+    checks.deployment_verify()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("backend", ["local", "openai"])
+def test_other_embedding_dimensions_stop_the_service(settings, backend):
+    settings.EMBEDDING_BACKEND = backend
+    settings.EMBEDDING_DIMENSIONS = 768
+
+    (error,) = deployment_errors()
+
+    assert "EMBEDDING_DIMENSIONS=768" in error
+    assert f"hold {DIMENSIONS} dimensions" in error
+    with pytest.raises(checks.DeploymentMismatch, match="refuses to start"):
+        checks.deployment_verify()
+
+
+def test_runserver_and_every_command_hit_the_settings_check(settings):
+    settings.EMBEDDING_DIMENSIONS = 1536
+
+    with pytest.raises(SystemCheckError, match=r"agent_memory\.E001.*EMBEDDING_DIMENSIONS=1536"):
+        call_command("check")
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("0.7.4", True), ("0.5.1", True), ("0.8.0", False), ("0.8.1", False), ("0.10.0", False)],
+)
+def test_pgvector_before_iterative_scans_is_refused(version, refused):
+    problem = checks.pgvector_version_problem(version)
+
+    assert (problem is not None) is refused
+    if refused:
+        assert f"pgvector {version} is too old" in problem
+        assert "0.8.0" in problem
+
+
+def test_a_server_without_pgvector_is_refused():
+    assert "not available" in checks.pgvector_version_problem(None)
+
+
+@pytest.mark.django_db
+def test_the_version_is_read_from_the_server():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        (installed,) = cursor.fetchone()
+
+        assert checks.pgvector_version(cursor) == installed
+    assert checks.pgvector_version_problem(installed) is None
+
+
+@pytest.mark.django_db
+def test_a_column_sized_otherwise_in_the_database_is_refused():
+    # The code expecting 768 where the database (made by the migrations) holds vector(384).
+    problems = checks.database_problems(columns=[("memory_memory", "embedding", 768)])
+
+    (problem,) = problems
+    assert "memory_memory.embedding is vector(384) in the database, vector(768) in the code" in (
+        problem
+    )
+
+
+@pytest.mark.django_db
+def test_the_test_database_has_no_migration_pending():
+    # Else the column comparison above would have been skipped, proving nothing.
+    assert checks.migrations_pending() is False
+
+
+@pytest.mark.django_db
+def test_tables_not_made_yet_pass():
+    assert checks.database_problems(columns=[("not_migrated_yet", "embedding", 768)]) == []
+
+
+def _start(command: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    # Nothing to reach: the settings check alone must stop them, and the unreachable database
+    # must not (an outage is no mismatch).
+    env = {
+        **os.environ,
+        "EMBEDDING_DIMENSIONS": "768",
+        "AGENT_MEMORY_DATA_DIR": str(tmp_path),
+        "DATABASE_URL": "postgresql://nobody:nothing@127.0.0.1:9/nothing",
+        "REDIS_URL": "redis://127.0.0.1:9/0",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+    }
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.slow
+def test_gunicorn_and_runserver_stop_at_loading_the_application(tmp_path):
+    result = _start([sys.executable, "-c", "import config.wsgi"], tmp_path)
+
+    assert result.returncode != 0
+    assert "refuses to start" in result.stderr
+    assert "EMBEDDING_DIMENSIONS=768" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_celery_worker_stops_before_taking_a_task(tmp_path):
+    result = _start([sys.executable, "-m", "celery", "-A", "config", "worker"], tmp_path)
+
+    assert result.returncode != 0
+    assert "refuses to start" in result.stderr
+    assert "EMBEDDING_DIMENSIONS=768" in result.stderr
