@@ -12,9 +12,9 @@ from django.core import checks as django_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connection
-from memory.embeddings.local_embedder import DIMENSIONS
 
 from config import checks
+from memory.embeddings.local_embedder import DIMENSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from config import embedded
-from ledger import services
 from config.supervisor import DataFolderLock
+from ledger import services
 from ledger.models import Event
 
 pytestmark = [

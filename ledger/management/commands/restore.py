@@ -11,8 +11,8 @@ from django.db import connections
 
 from config.backups import BackupError, backup_restore, backup_tables_count
 from config.progress import json_option_add, progress_bar, summary_write
-from ledger.management.commands.backup import embedded_database_name
 from config.supervisor import DataFolderLock, already_running_message
+from ledger.management.commands.backup import embedded_database_name
 
 
 class Command(BaseCommand):
