@@ -28,9 +28,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from config.routers import lag_tolerant, read_connection
 from ledger.models import Agent, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql
 from memory import policies
@@ -302,7 +303,7 @@ def memory_candidates_query(
     now: datetime,
 ) -> tuple[str, dict[str, Any]]:
     """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(LEXEME_STATS_SQL, {"query": query, "agent": agent.pk})
         rows = cursor.fetchall()
     documents, positions, table_rows = int(rows[0][2]), int(rows[0][3]), float(rows[0][4])
@@ -367,7 +368,7 @@ def _memory_candidates(
     sql, params = memory_candidates_query(
         agent=agent, query=query, vector=vector, filters=filters, now=now
     )
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(using=read_connection.alias), read_connection.cursor() as cursor:
         # Relaxed order: the candidates are ranked by their exact cosine afterwards anyway, and
         # pgvector documents it as the better-recall mode (bench/memory_scale.py, tag filter
         # keeping 5 % of 2,000,000 rows: recall@10 0.947 relaxed, 0.940 strict, 30 queries).
@@ -407,7 +408,7 @@ def memory_hits_completed(agent: Agent, hits: list[SearchHit]) -> list[SearchHit
     ids = [hit.id for hit in hits if hit.source == AGENT_MEMORY]
     if not ids:
         return hits
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(
             MEMORY_DETAILS_SQL, {"tenant": agent.tenant_id, "agent": agent.pk, "ids": ids}
         )
@@ -472,7 +473,7 @@ def _event_candidates(
 ) -> list[Candidate]:
     recall_settings = RecallSettings.for_tenant(agent.tenant)
     visible = event_visible_sql("e")
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(EVENT_WORDS_SQL, {"query": query})
         words = list(cursor.fetchone()[0])
         cursor.execute(
@@ -640,6 +641,7 @@ def _ranked(
     return sorted(hits.values(), key=lambda h: (-h.score, SOURCES.index(h.source), h.id))
 
 
+@lag_tolerant()
 def memories_search(
     *,
     agent: Agent,
