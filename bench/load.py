@@ -164,14 +164,21 @@ def one_operation(
 
 
 def run_level(
-    stack: Stack, key: str, agents: list[str], *, threads: int, duration: float, budget: int
+    stack: Stack,
+    key: str,
+    agents: list[str],
+    *,
+    threads: int,
+    duration: float,
+    budget: int,
+    operations: tuple[tuple[str, float], ...] = OPERATIONS,
 ) -> tuple[Tally, float]:
     tally = Tally()
     sent = iter(range(budget))
     sent_lock = threading.Lock()
     deadline = time.monotonic() + duration
-    names = [name for name, _ in OPERATIONS]
-    weights = [weight for _, weight in OPERATIONS]
+    names = [name for name, _ in operations]
+    weights = [weight for _, weight in operations]
 
     def client(seed: int) -> None:
         rng = random.Random(seed)

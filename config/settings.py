@@ -86,6 +86,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "config.security.ContentSecurityPolicyMiddleware",
     "config.outage.DependencyOutageMiddleware",
+    "config.routers.ReadYourWritesMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.middleware.ApiBodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -136,6 +137,17 @@ else:
     DATABASES = {"default": {**EMBEDDED.database_settings(), "CONN_MAX_AGE": 60}}
     DATABASE_OWNER = EMBEDDED.database_settings(OWNER_ROLE)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Read replicas (config/routers.py): lag-tolerant reads (search, recall, dashboards' lists) go to
+# them, as the service's role; a caller that wrote reads from the primary for
+# REPLICA_STICKY_SECONDS. The test run mirrors them on the primary.
+for _number, _url in enumerate(env_list("DATABASE_REPLICA_URLS", []), start=1):
+    DATABASES[f"replica_{_number}"] = {
+        **dj_database_url.parse(_url, conn_max_age=60),
+        "CONN_HEALTH_CHECKS": True,
+        "TEST": {"MIRROR": "default"},
+    }
+DATABASE_ROUTERS = ["config.routers.ReplicaRouter"]
+REPLICA_STICKY_SECONDS = env_int("REPLICA_STICKY_SECONDS", 5)
 DATABASE_APP_ROLE = str(DATABASES["default"].get("USER") or "")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -11,10 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 
 from config.api import ApiError
+from config.routers import read_connection
 from config.sql import rows_named
 from ledger.models import Agent, Tenant
 from memory.embeddings.backends import EmbeddingUnavailable, embed_query
@@ -99,7 +100,7 @@ def _candidate_rows(
     sql, params = knowledge_candidates_query(
         tenant=tenant, query=query, query_vector=query_vector, limit=limit
     )
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(using=read_connection.alias), read_connection.cursor() as cursor:
         # HNSW with iterative scans (pgvector 0.8): another tenant's chunks never starve the
         # nearest ``limit`` of this one; the index scans on, in exact order, until it has them.
         hnsw_scan_configure(cursor, ef_search=max(40, 2 * limit))

@@ -17,8 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
-
+from config.routers import lag_tolerant, read_connection
 from config.sql import rows_named
 from ledger.models import Agent, Event, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql, event_visible_to
@@ -60,6 +59,7 @@ class RecallResult:
         return "\n".join(lines) if lines else NO_MEMORY
 
 
+@lag_tolerant()
 def recall_episodic(*, agent: Agent, run_id: str, max_recent: int | None = None) -> RecallResult:
     """The agent's most recent visible events of the run, oldest first."""
     settings = RecallSettings.for_tenant(agent.tenant)
@@ -149,6 +149,7 @@ _SEMANTIC_COLUMN = """nullif(CASE WHEN ix.embedding IS NULL THEN NULL
     ELSE greatest(0, 1 - (ix.embedding <=> %(query_vector)s::vector)) END, 'NaN'::float8)"""
 
 
+@lag_tolerant()
 def recall_salience(
     *,
     agent: Agent,
@@ -197,7 +198,7 @@ def recall_salience(
         semantic_join=_SEMANTIC_JOIN if semantic else "",
         semantic_column=_SEMANTIC_COLUMN if semantic else "NULL::float8",
     )
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = rows_named(cursor)
     if semantic and rows and not all(row.from_index for row in rows if row.text):

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
+from config.routers import read_connection
 from config.sql import row_named, rows_named
 from ledger.models import Agent, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql
@@ -218,7 +219,7 @@ def memory_candidates_query(
     now: datetime,
 ) -> tuple[str, dict[str, Any]]:
     """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(LEXEME_STATS_SQL, {"query": query, "agent": agent.pk})
         rows = rows_named(cursor)
     totals = rows[0]
@@ -285,7 +286,7 @@ def memory_candidates(
     sql, params = memory_candidates_query(
         agent=agent, query=query, vector=vector, filters=filters, now=now
     )
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(using=read_connection.alias), read_connection.cursor() as cursor:
         # Relaxed order: the candidates are ranked by their exact cosine afterwards anyway, and
         # pgvector documents it as the better-recall mode (bench/memory_scale.py, tag filter
         # keeping 5 % of 2,000,000 rows: recall@10 0.947 relaxed, 0.940 strict, 30 queries).
@@ -349,7 +350,7 @@ def event_candidates(
 ) -> list[Candidate]:
     recall_settings = RecallSettings.for_tenant(agent.tenant)
     visible = event_visible_sql("e")
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(EVENT_WORDS_SQL, {"query": query})
         found = row_named(cursor)
         words = list(found.words) if found is not None else []

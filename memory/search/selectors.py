@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.routers import lag_tolerant, read_connection
 from config.sql import row_named, rows_named
 from ledger.models import Agent
 from memory.embeddings.backends import EmbeddingUnavailable, embed_query
@@ -85,7 +86,7 @@ def memory_hits_completed(agent: Agent, hits: list[SearchHit]) -> list[SearchHit
     ids = [hit.id for hit in hits if hit.source == AGENT_MEMORY]
     if not ids:
         return hits
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(
             MEMORY_DETAILS_SQL, {"tenant": agent.tenant_id, "agent": agent.pk, "ids": ids}
         )
@@ -113,6 +114,7 @@ def memory_hits_completed(agent: Agent, hits: list[SearchHit]) -> list[SearchHit
     return completed
 
 
+@lag_tolerant()
 def memories_search(
     *,
     agent: Agent,

@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from config.api import ApiError
+from config.routers import lag_tolerant
 from config.views import HtmxHttpRequest
 from config.web import page_or_partial, partial_wanted, role_required, tenant_membership
 from ledger.models import Agent, Role
@@ -109,6 +110,7 @@ def _sparkline(scores: list[float]) -> str:
 
 @require_GET
 @role_required(Role.REVIEWER)
+@lag_tolerant()
 def overview(request: HtmxHttpRequest) -> HttpResponse:
     tenant = tenant_membership(request).tenant
     form = OverviewFilterForm(request.GET)
