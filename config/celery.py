@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import task_postrun, task_prerun, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -17,3 +18,19 @@ app.autodiscover_tasks()
 def _beat_on_start(**_: object) -> None:
     # A heartbeat right away, so /healthz sees the worker without waiting for beat's first tick.
     app.send_task("config.tasks.worker_heartbeat")
+
+
+# Task metrics (config.metrics), imported on first use: that module reads the settings, which are
+# not loaded yet when this one is imported.
+@task_prerun.connect
+def _task_started(task_id: str = "", **_: object) -> None:
+    from config import metrics
+
+    metrics.celery_task_started(task_id)
+
+
+@task_postrun.connect
+def _task_finished(task_id: str = "", task: Any = None, state: str = "", **_: object) -> None:
+    from config import metrics
+
+    metrics.celery_task_finished(task_id=task_id, task_name=getattr(task, "name", "?"), state=state)

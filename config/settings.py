@@ -21,6 +21,7 @@ from config.env import (
     env_float,
     env_int,
     env_list,
+    env_networks,
     env_path,
     env_str,
     search_weights,
@@ -82,6 +83,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "config.security.ContentSecurityPolicyMiddleware",
     "config.outage.DependencyOutageMiddleware",
@@ -216,8 +218,8 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=False)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=False)
-# /healthz stays on plain HTTP for container and load-balancer probes.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Probes and scrapes stay on plain HTTP for containers, load balancers and Prometheus.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients).
 if env_bool("TRUST_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -334,6 +336,14 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Observability (docs/operations.md#observing-it) --------------------------------------------
+# Prometheus series of every process that shares this folder are summed at /metrics
+# (config.metrics); web and worker processes must share it to be seen together.
+METRICS_DIR = env_path("PROMETHEUS_MULTIPROC_DIR", DATA_DIR / "metrics", base=BASE_DIR)
+# /metrics answers clients from these addresses, or anyone sending "Bearer <METRICS_TOKEN>".
+METRICS_ALLOWED_NETWORKS = env_networks("METRICS_ALLOWED_ADDRESSES", ["127.0.0.1/8", "::1"])
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # --- Ledger -----------------------------------------------------------------------------------
 LEDGER_MAX_PAYLOAD_BYTES = env_int("LEDGER_MAX_PAYLOAD_BYTES", 1024 * 1024)

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.metrics import search_observe, search_plan_note
 from ledger.models import Agent, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql
 from memory import policies
@@ -344,6 +345,7 @@ def memory_candidates_query(
         "metadata": json.dumps(filters.metadata),
     }
     dense = dense_leg_sql(documents, filters)
+    search_plan_note(dense_leg_plan(documents, filters) if vector is not None else "keyword")
     sql = MEMORY_CANDIDATES_SQL.format(
         dense=dense if vector is not None else NO_ROWS,
         keyword=keyword_leg_sql(filters) if fetching else NO_ROWS,
@@ -687,6 +689,7 @@ def memories_search(
     hits = memory_hits_completed(agent, hits)
     if record_retrieval:
         _mark_retrieved(agent, [h.id for h in hits if h.source == AGENT_MEMORY], moment)
+    search_observe(time.perf_counter() - started)
     return SearchOutcome(
         hits=hits,
         semantic=vector is not None,

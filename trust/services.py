@@ -18,6 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from config.api import ApiError, Conflict
+from config.metrics import trust_recompute_counted
 from ledger.models import Agent, Event, Tenant
 from ledger.services import SYSTEM_ACTOR, EventDraft, event_append, events_append, tenant_write_lock
 from memory.embeddings import EmbeddingUnavailable, embed_texts, embedder_name
@@ -97,6 +98,7 @@ def _check_not_future(occurred_at: datetime | None, now: datetime) -> datetime:
 # --- Trust scores ------------------------------------------------------------------------------
 
 
+@trust_recompute_counted
 def trust_recompute(
     *,
     tenant: Tenant,

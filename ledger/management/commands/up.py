@@ -33,6 +33,7 @@ from django.db import connections
 from config import embedded
 from config.env import env_int, env_str
 from config.health import health_report
+from config.metrics import metrics_dir_reset
 from ledger.demo import (
     admin_user_ensure,
     demo_data_seed,
@@ -458,6 +459,7 @@ class Command(BaseCommand):
     def _prepare(self, *, demo: bool, verbosity: int) -> None:
         """Servers, schema, static files and identity; each step checks for an early Ctrl-C."""
         steps: list[Callable[[], object]] = [
+            metrics_dir_reset,
             self._start_embedded,
             lambda: call_command("migrate", interactive=False, verbosity=verbosity),
             self._ensure_job_schedules,
