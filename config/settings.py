@@ -26,6 +26,7 @@ from config.env import (
     env_str,
     search_weights,
 )
+from config.logs import logging_config
 
 # Lets typed generics such as ModelAdmin[Agent] work at run time (DRF's: see LedgerConfig).
 django_stubs_ext.monkeypatch()
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "config.metrics.RequestMetricsMiddleware",
+    "config.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "config.security.ContentSecurityPolicyMiddleware",
     "config.outage.DependencyOutageMiddleware",
@@ -320,22 +322,13 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # API keys, passwords and Authorization headers are redacted from every record.
-    "filters": {"secrets": {"()": "config.security.SecretRedactingFilter"}},
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "formatter": "plain",
-            "filters": ["secrets"],
-        }
-    },
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
-}
+# LOG_FORMAT=json: one JSON object per line with the request id (config.logs); text by default.
+LOG_FORMAT = env_str("LOG_FORMAT", "text").lower()
+if LOG_FORMAT not in {"text", "json"}:
+    raise ConfigError(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env_str("LOG_LEVEL", "INFO"))
+# Take the request id from X-Request-ID: only when a proxy of ours sets it (and drops clients').
+TRUST_X_REQUEST_ID = env_bool("TRUST_X_REQUEST_ID", default=False)
 
 # --- Observability (docs/operations.md#observing-it) --------------------------------------------
 # Prometheus series of every process that shares this folder are summed at /metrics

@@ -23,6 +23,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from contextvars import Context, copy_context
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -702,14 +703,15 @@ def _mark_retrieved(agent: Agent, memory_ids: list[int], moment: datetime) -> No
     """Hand the retrieval to the recorder thread: publishing a Celery message costs about 2 ms,
     which the search's caller need not wait for."""
     if memory_ids:
-        _retrievals.put((agent.tenant_id, memory_ids, moment.isoformat()))
+        # With the request's context, so the task carries its request id (config.logs).
+        _retrievals.put((agent.tenant_id, memory_ids, moment.isoformat(), copy_context()))
         _retrieval_recorder_started()
 
 
 # Retrievals waiting to be queued for the worker, and the daemon thread that queues them. A
 # process that dies with some still here loses only those statistics (decay then sees the
 # memories as retrieved a little earlier than they were).
-_retrievals: queue.SimpleQueue[tuple[int, list[int], str]] = queue.SimpleQueue()
+_retrievals: queue.SimpleQueue[tuple[int, list[int], str, Context]] = queue.SimpleQueue()
 _recorder_lock = threading.Lock()
 _recorder: threading.Thread | None = None
 
@@ -730,9 +732,9 @@ def _record_retrievals() -> None:
     from memory.tasks import memories_mark_retrieved_task
 
     while True:
-        tenant_id, memory_ids, at = _retrievals.get()
+        tenant_id, memory_ids, at, context = _retrievals.get()
         try:
-            memories_mark_retrieved_task.delay(tenant_id, memory_ids, at)
+            context.run(memories_mark_retrieved_task.delay, tenant_id, memory_ids, at)
         except Exception:  # a broker outage must not fail a read; decay sees older retrievals
             logger.exception(
                 "could not queue retrieval statistics for %d memories", len(memory_ids)
