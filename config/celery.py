@@ -4,7 +4,14 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import before_task_publish, task_postrun, task_prerun, worker_ready
+from celery.signals import (
+    before_task_publish,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+)
 
 from config import logs
 
@@ -20,6 +27,14 @@ app.autodiscover_tasks()
 def _beat_on_start(**_: object) -> None:
     # A heartbeat right away, so /healthz sees the worker without waiting for beat's first tick.
     app.send_task("config.tasks.worker_heartbeat")
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _tracing_started(**_: object) -> None:
+    from config.tracing import tracing_start
+
+    tracing_start()
 
 
 @before_task_publish.connect

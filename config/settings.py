@@ -329,6 +329,8 @@ if LOG_FORMAT not in {"text", "json"}:
 LOGGING = logging_config(log_format=LOG_FORMAT, level=env_str("LOG_LEVEL", "INFO"))
 # Take the request id from X-Request-ID: only when a proxy of ours sets it (and drops clients').
 TRUST_X_REQUEST_ID = env_bool("TRUST_X_REQUEST_ID", default=False)
+# OpenTelemetry traces over OTLP (config.tracing; the "otel" extra); OTEL_* configure the export.
+OTEL_TRACING = env_bool("OTEL_TRACING", default=False)
 
 # --- Observability (docs/operations.md#observing-it) --------------------------------------------
 # Prometheus series of every process that shares this folder are summed at /metrics
