@@ -114,6 +114,10 @@ def main() -> None:
             statement = " ".join(query["sql"].split())[:100]
             print(f"  {float(query['time']) * 1000:6.2f} ms  {statement}")
         print()
+        from config.health import redis_client
+
+        broker = redis_client()
+        queued_before = int(broker.llen("celery"))
         profiler = Profiler(interval=0.0002)
         started = time.perf_counter()
         profiler.start()
@@ -121,6 +125,9 @@ def main() -> None:
             search()
         profiler.stop()
         wall = (time.perf_counter() - started) * 1000 / args.requests
+        time.sleep(1.0)  # the retrieval recorder thread queues after the answers
+        queued = int(broker.llen("celery")) - queued_before
+        print(f"Celery tasks queued: {queued / args.requests:.2f} per search (no worker runs here)")
         session = profiler.last_session
         assert session is not None
         root = session.root_frame()

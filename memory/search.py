@@ -16,6 +16,7 @@ similarity threshold and the top K. Each hit carries the terms and their contrib
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -370,7 +371,7 @@ def _memory_candidates(
     sql, params = memory_candidates_query(
         agent=agent, query=query, vector=vector, filters=filters, now=now
     )
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         # Relaxed order: the candidates are ranked by their exact cosine afterwards anyway, and
         # pgvector documents it as the better-recall mode (bench/memory_scale.py, tag filter
         # keeping 5 % of 2,000,000 rows: recall@10 0.947 relaxed, 0.940 strict, 30 queries).
@@ -714,6 +715,8 @@ def _mark_retrieved(agent: Agent, memory_ids: list[int], moment: datetime) -> No
 _retrievals: queue.SimpleQueue[tuple[int, list[int], str, Context]] = queue.SimpleQueue()
 _recorder_lock = threading.Lock()
 _recorder: threading.Thread | None = None
+# The most searches one retrieval task records (one transaction, one ledger append).
+RETRIEVALS_PER_TASK = 200
 
 
 def _retrieval_recorder_started() -> None:
@@ -729,16 +732,25 @@ def _retrieval_recorder_started() -> None:
 
 
 def _record_retrievals() -> None:
-    from memory.tasks import memories_mark_retrieved_task
+    from memory.tasks import memories_mark_retrieved_batch_task
 
     while True:
-        tenant_id, memory_ids, at, context = _retrievals.get()
-        try:
-            context.run(memories_mark_retrieved_task.delay, tenant_id, memory_ids, at)
-        except Exception:  # a broker outage must not fail a read; decay sees older retrievals
-            logger.exception(
-                "could not queue retrieval statistics for %d memories", len(memory_ids)
-            )
+        waiting = [_retrievals.get()]
+        # What piled up while the last batch was being queued leaves as one task per tenant:
+        # under load a task (and a ledger append) per search cost the worker more CPU than the
+        # searches themselves saved. A batch carries its first search's context (request id).
+        with contextlib.suppress(queue.Empty):
+            while len(waiting) < RETRIEVALS_PER_TASK:
+                waiting.append(_retrievals.get_nowait())
+        by_tenant: dict[int, list[tuple[list[int], str, Context]]] = {}
+        for tenant_id, memory_ids, at, context in waiting:
+            by_tenant.setdefault(tenant_id, []).append((memory_ids, at, context))
+        for tenant_id, batch in by_tenant.items():
+            retrievals = [(memory_ids, at) for memory_ids, at, _ in batch]
+            try:
+                batch[0][2].run(memories_mark_retrieved_batch_task.delay, tenant_id, retrievals)
+            except Exception:  # a broker outage must not fail a read; decay sees older retrievals
+                logger.exception("could not queue retrieval statistics of %d searches", len(batch))
 
 
 __all__ = [

@@ -136,6 +136,6 @@ def test_tasks_queued_by_a_request_run_with_its_request_id(
     ids_by_task = dict(seen)
     # Queued on commit by the store, and by the search's retrieval recorder thread.
     assert "store-1" in {
-        rid for name, rid in seen if name != "memory.tasks.memories_mark_retrieved"
+        rid for name, rid in seen if name != "memory.tasks.memories_mark_retrieved_batch"
     }
-    assert ids_by_task.get("memory.tasks.memories_mark_retrieved") == "search-1", seen
+    assert ids_by_task.get("memory.tasks.memories_mark_retrieved_batch") == "search-1", seen
