@@ -370,6 +370,35 @@ def seed(stack: Stack, *, agents: int, memories_per_agent: int) -> tuple[Any, st
     return tenant, key, names
 
 
+def print_server_side(answered: int) -> None:
+    """The server's own figures (config.metrics, every gunicorn and worker process of the stack):
+    mean time per route inside Django, and the Celery tasks each answered request cost."""
+    from prometheus_client import CollectorRegistry, multiprocess
+
+    from config import metrics  # noqa: F401 (points prometheus_client at the stack's folder)
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    samples = [sample for family in registry.collect() for sample in family.samples]
+
+    def total(name: str, key: str) -> Counter[str]:
+        found: Counter[str] = Counter()  # of float values: seconds, counts
+        for sample in samples:
+            if sample.name == name:
+                found[sample.labels.get(key, "")] += sample.value  # type: ignore[assignment]
+        return found
+
+    seconds = total("agent_memory_http_request_duration_seconds_sum", "route")
+    counts = total("agent_memory_http_request_duration_seconds_count", "route")
+    print("server time per request, mean (Django's handler, from /metrics' histograms):")
+    for route, count in counts.most_common(6):
+        print(f"  {route:40s} n={int(count):6d}  {seconds[route] / count * 1000:7.1f} ms")
+    tasks = total("agent_memory_celery_tasks_total", "task")
+    print(f"Celery task runs per answered request ({answered} answered):")
+    for task, runs in tasks.most_common():
+        print(f"  {task:48s} {runs:7.0f}  {runs / max(answered, 1):5.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", default="2,4,8,16", help="client threads per level")
@@ -418,6 +447,7 @@ def main() -> None:
             f"\nwrites acknowledged {acknowledged}, lost {lost}, duplicated {duplicated}; "
             f"ledger chain: {verify_chain()}"
         )
+        print_server_side(sum(len(v) for t in tallies for v in t.latencies.values()))
         meeting = [
             (row["throughput"], threads)
             for threads, row in rows

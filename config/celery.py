@@ -1,9 +1,19 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init, worker_ready
+from celery.signals import (
+    before_task_publish,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+)
+
+from config import logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -34,3 +44,35 @@ def _verify_deployment(**_: object) -> None:
         # The prefork pool forks after this: a connection shared by the children would mix
         # their queries on one socket.
         connections.close_all()
+
+
+@worker_process_init.connect
+def _tracing_started(**_: object) -> None:
+    from config.tracing import tracing_start
+
+    tracing_start()
+
+
+@before_task_publish.connect
+def _request_id_sent(headers: dict[str, Any] | None = None, **_: object) -> None:
+    if headers is not None:
+        logs.task_headers_add(headers)
+
+
+# Task metrics (config.metrics), imported on first use: that module reads the settings, which are
+# not loaded yet when this one is imported. The request id the message carried is the task's
+# while it runs (and is cleared after, the worker's next task may have none).
+@task_prerun.connect
+def _task_started(task_id: str = "", task: Any = None, **_: object) -> None:
+    from config import metrics
+
+    metrics.celery_task_started(task_id)
+    logs.request_id_set(logs.task_request_id(task))
+
+
+@task_postrun.connect
+def _task_finished(task_id: str = "", task: Any = None, state: str = "", **_: object) -> None:
+    from config import metrics
+
+    metrics.celery_task_finished(task_id=task_id, task_name=getattr(task, "name", "?"), state=state)
+    logs.request_id_set("")

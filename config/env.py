@@ -6,6 +6,7 @@ reads as a list of decisions rather than string parsing.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -64,6 +65,20 @@ def env_path(name: str, default: Path, *, base: Path) -> Path:
     if not path.is_absolute():
         path = base / path
     return path.resolve()
+
+
+def env_networks(
+    name: str, default: list[str]
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """A comma-separated list of addresses or networks (``10.0.0.0/8``, ``::1``); ``none``
+    for an empty list (an empty value means the default)."""
+    items = env_list(name, default)
+    if [item.lower() for item in items] == ["none"]:
+        return ()
+    try:
+        return tuple(ipaddress.ip_network(item, strict=False) for item in items)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must list addresses or networks, got {items!r}") from exc
 
 
 def search_weights(items: list[str]) -> tuple[float, float, float, float]:

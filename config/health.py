@@ -26,13 +26,24 @@ def worker_heartbeat_record(*, now: float | None = None) -> None:
         client.close()
 
 
-def _check_database() -> dict[str, Any]:
+def check_database() -> dict[str, Any]:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return {"ok": True}
     except Exception as exc:  # any failure means "unhealthy", whatever the driver raised
         return {"ok": False, "error": type(exc).__name__}
+
+
+def check_redis() -> dict[str, Any]:
+    client = redis_client()
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return {"ok": False, "error": type(exc).__name__}
+    finally:
+        client.close()
+    return {"ok": True}
 
 
 def _check_redis_and_worker() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -72,7 +83,7 @@ def _check_jobs(database_ok: bool) -> dict[str, Any]:
 
 def health_report() -> dict[str, Any]:
     redis_state, worker_state = _check_redis_and_worker()
-    database_state = _check_database()
+    database_state = check_database()
     checks = {
         "database": database_state,
         "redis": redis_state,

@@ -137,6 +137,11 @@ def client_address(request: HttpRequest) -> str:
     header with fewer entries than that did not pass all our proxies: ``REMOTE_ADDR`` again.
     IPv6 addresses count by their /64, the block one subscriber usually holds.
     """
+    return _address_subject(client_ip(request))
+
+
+def client_ip(request: HttpRequest) -> str:
+    """The client's address as given (``client_address`` says which one), not yet grouped."""
     address = str(request.META.get("REMOTE_ADDR") or "")
     proxies = settings.TRUSTED_PROXY_COUNT
     if proxies > 0:
@@ -144,15 +149,21 @@ def client_address(request: HttpRequest) -> str:
         entries = [entry.strip() for entry in forwarded.split(",")] if forwarded else []
         if len(entries) >= proxies:
             address = entries[-proxies]
-    return _address_subject(address)
+    return address
 
 
-def _address_subject(text: str) -> str:
+def address_host(text: str) -> str:
+    """The host of an address that may carry a port (``v4:port``, ``[v6]:port``)."""
     host = text.strip()
     if host.startswith("[") and "]" in host:  # [v6]:port
         host = host[1 : host.index("]")]
     elif host.count(":") == 1:  # v4:port
         host = host.split(":")[0]
+    return host
+
+
+def _address_subject(text: str) -> str:
+    host = address_host(text)
     try:
         parsed = ipaddress.ip_address(host)
     except ValueError:

@@ -21,10 +21,12 @@ from config.env import (
     env_float,
     env_int,
     env_list,
+    env_networks,
     env_path,
     env_str,
     search_weights,
 )
+from config.logs import logging_config
 from config.version import VERSION
 
 # Lets typed generics such as ModelAdmin[Agent] work at run time (DRF's: see LedgerConfig).
@@ -83,6 +85,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.metrics.RequestMetricsMiddleware",
+    "config.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "config.security.ContentSecurityPolicyMiddleware",
     "config.outage.DependencyOutageMiddleware",
@@ -229,8 +233,8 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=False)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=False)
-# /healthz stays on plain HTTP for container and load-balancer probes.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Probes and scrapes stay on plain HTTP for containers, load balancers and Prometheus.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^readyz$", r"^metrics$"]
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients).
 if env_bool("TRUST_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -334,22 +338,23 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # API keys, passwords and Authorization headers are redacted from every record.
-    "filters": {"secrets": {"()": "config.security.SecretRedactingFilter"}},
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "formatter": "plain",
-            "filters": ["secrets"],
-        }
-    },
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
-}
+# LOG_FORMAT=json: one JSON object per line with the request id (config.logs); text by default.
+LOG_FORMAT = env_str("LOG_FORMAT", "text").lower()
+if LOG_FORMAT not in {"text", "json"}:
+    raise ConfigError(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env_str("LOG_LEVEL", "INFO"))
+# Take the request id from X-Request-ID: only when a proxy of ours sets it (and drops clients').
+TRUST_X_REQUEST_ID = env_bool("TRUST_X_REQUEST_ID", default=False)
+# OpenTelemetry traces over OTLP (config.tracing; the "otel" extra); OTEL_* configure the export.
+OTEL_TRACING = env_bool("OTEL_TRACING", default=False)
+
+# --- Observability (docs/operations.md#observing-it) --------------------------------------------
+# Prometheus series of every process that shares this folder are summed at /metrics
+# (config.metrics); web and worker processes must share it to be seen together.
+METRICS_DIR = env_path("PROMETHEUS_MULTIPROC_DIR", DATA_DIR / "metrics", base=BASE_DIR)
+# /metrics answers clients from these addresses, or anyone sending "Bearer <METRICS_TOKEN>".
+METRICS_ALLOWED_NETWORKS = env_networks("METRICS_ALLOWED_ADDRESSES", ["127.0.0.1/8", "::1"])
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # --- Ledger -----------------------------------------------------------------------------------
 LEDGER_MAX_PAYLOAD_BYTES = env_int("LEDGER_MAX_PAYLOAD_BYTES", 1024 * 1024)

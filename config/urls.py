@@ -5,7 +5,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from config import views
+from config import probes, views
+from config.metrics import metrics_view
 from config.ratelimit import sign_in_limited
 from ledger import urls as ledger_urls
 from memory import urls as memory_urls
@@ -19,6 +20,9 @@ pages = [pattern for app in APPS for pattern in app.page_urlpatterns]
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("livez", probes.livez, name="livez"),
+    path("readyz", probes.readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     # Both sign-in forms behind the same limits; the admin's own login URL is shadowed by this one.
     path("login/", sign_in_limited(auth_views.LoginView.as_view()), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -4,8 +4,12 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from config.tracing import tracing_start
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+# Before the handler builds the middleware chain: Django's tracing adds a middleware of its own.
+tracing_start()
 application = get_wsgi_application()
 
 # gunicorn and runserver load the application here: a deployment the search cannot serve (an old

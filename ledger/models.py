@@ -360,7 +360,15 @@ class RecallSettings(models.Model):
 
     @classmethod
     def for_tenant(cls, tenant: Tenant) -> RecallSettings:
-        """The tenant's settings, or the defaults (unsaved) when it has none."""
+        """The tenant's settings, or the defaults (unsaved) when it has none. Read with the
+        tenant when it was loaded with ``select_related("recall_settings")`` (the search's
+        agent is: one statement fewer per search), else by one query, never from a cache an
+        earlier call left on a long-lived tenant object."""
+        if Tenant.recall_settings.is_cached(tenant):
+            try:
+                return tenant.recall_settings
+            except cls.DoesNotExist:
+                return cls(tenant=tenant)
         found = cls.objects.filter(tenant=tenant).first()
         return found if found is not None else cls(tenant=tenant)
 

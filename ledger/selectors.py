@@ -32,7 +32,7 @@ def api_key_by_secret(*, raw_key: str) -> ApiKey | None:
     from ledger.services import api_key_hash
 
     return (
-        ApiKey.objects.select_related("tenant", "agent__tenant")
+        ApiKey.objects.select_related("tenant", "agent__tenant__recall_settings")
         .filter(key_hash=api_key_hash(raw_key), revoked_at__isnull=True)
         .first()
     )

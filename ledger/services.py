@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework import status
 
+from config import metrics
 from config.api import ApiError, Conflict
 from ledger.chain import event_hash
 from ledger.models import (
@@ -177,6 +179,7 @@ def events_append(*, tenant: Tenant, drafts: Sequence[EventDraft]) -> list[Event
             prev_hash = digest
         created = Event.objects.bulk_create(events)
         receipt_record(tenant=tenant, seq=seq, digest=prev_hash)
+        transaction.on_commit(partial(metrics.ledger_appended, len(created)))
         ids = [event.pk for event in created]
         # Robust: the events are committed, so a failure to queue their follow-up work (Redis
         # down mid-request) must not turn the answer into an error; the backfill job catches up.

@@ -27,7 +27,7 @@ from memory.episodic.lifecycle import (
     memories_enforce_quota_sweep,
     memories_expire_sweep,
 )
-from memory.episodic.services import memories_mark_retrieved
+from memory.episodic.services import memories_mark_retrieved, memories_mark_retrieved_batch
 from memory.recall.services import reflections_due_batches
 
 DECAY_JOB = "memory.decay"
@@ -58,6 +58,19 @@ def memories_mark_retrieved_task(tenant_id: int, memory_ids: list[int], at: str)
     if tenant is None or moment is None:
         return 0
     return memories_mark_retrieved(tenant=tenant, memory_ids=memory_ids, at=moment)
+
+
+@shared_task(name="memory.tasks.memories_mark_retrieved_batch", ignore_result=True)
+def memories_mark_retrieved_batch_task(
+    tenant_id: int, retrievals: list[tuple[list[int], str]]
+) -> int:
+    """Several searches' retrievals of one tenant, ``[memory ids, ISO time]`` each."""
+    tenant = Tenant.objects.filter(pk=tenant_id).first()
+    moments = [(memory_ids, parse_datetime(at)) for memory_ids, at in retrievals]
+    parsed = [(memory_ids, moment) for memory_ids, moment in moments if moment is not None]
+    if tenant is None or not parsed:
+        return 0
+    return memories_mark_retrieved_batch(tenant=tenant, retrievals=parsed)
 
 
 @shared_task(name="memory.tasks.memories_decay", **JOB_TASK_OPTIONS)

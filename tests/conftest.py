@@ -141,6 +141,16 @@ def celery_worker() -> Iterator[Any]:
 
 
 @pytest.fixture
+def redis_unreachable(tmp_path: Any) -> Iterator[None]:
+    """REDIS_URL names a socket nobody listens on, until the test ends (and before the other
+    fixtures' teardowns, which may use Redis)."""
+    from django.test import override_settings
+
+    with override_settings(REDIS_URL=f"unix://{tmp_path}/no-such.sock"):
+        yield
+
+
+@pytest.fixture
 def tenant(db: None) -> Tenant:
     return services.tenant_create(name="Acme Research", slug="acme")
 

@@ -40,7 +40,7 @@ README_FIRST_SCREEN_LINES = 40
 # Folders whose code is not the service: its tests, benchmarks, and things that are not ours.
 _NOT_SERVICE_CODE = {"tests", "bench", "migrations", ".venv", "var", "node_modules", "build"}
 _ENV_READ = re.compile(
-    r"""(?:\benv_(?:str|bool|int|float|list|path)\(|\b(?:os\.)?environ\.get\(|\bos\.getenv\("""
+    r"""(?:\benv_(?:str|bool|int|float|list|path|networks)\(|\b(?:os\.)?environ\.get\(|\bos\.getenv\("""
     r"""|\b(?:os\.)?environ\[)\s*["']([A-Z][A-Z0-9_]*)["']"""
 )
 

@@ -22,6 +22,7 @@ from typing import Protocol
 from django.conf import settings
 
 from config.http import ExternalServiceError, post_json
+from config.metrics import embedder_timed
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 
 
@@ -149,7 +150,8 @@ def embed_texts(texts: Sequence[str]) -> list[list[float]]:
     down, and no such vector is ever stored.
     """
     try:
-        vectors = embedder().embed(texts)
+        with embedder_timed(settings.EMBEDDING_BACKEND):
+            vectors = embedder().embed(texts)
     except EmbeddingUnavailable:
         raise
     except Exception as exc:  # a model runtime error must degrade like an outage

@@ -74,9 +74,11 @@ def agent_for_caller(principal: ApiPrincipal, name: str | None) -> Agent:
         return own
     if own is not None and own.name != name:
         raise NotFound()
-    # The tenant comes along: searches read its recall settings.
+    # The tenant and its recall settings come along: searches read both.
     agent: Agent | None = (
-        Agent.objects.select_related("tenant").filter(tenant=principal.tenant, name=name).first()
+        Agent.objects.select_related("tenant__recall_settings")
+        .filter(tenant=principal.tenant, name=name)
+        .first()
     )
     if agent is None:
         raise NotFound()

@@ -356,24 +356,46 @@ def memories_mark_retrieved(*, tenant: Tenant, memory_ids: Sequence[int], at: da
     Logged as one ``memory.retrieved`` event so a rebuild keeps the statistics. Returns how many
     memories still existed to be marked.
     """
+    return memories_mark_retrieved_batch(tenant=tenant, retrievals=[(memory_ids, at)])
+
+
+def memories_mark_retrieved_batch(
+    *, tenant: Tenant, retrievals: Sequence[tuple[Sequence[int], datetime]]
+) -> int:
+    """Several searches' retrievals at once, exactly as if each were recorded alone (a memory
+    returned by three searches counts three), in one transaction, one UPDATE and one chain
+    append of one ``memory.retrieved`` event per search. The search's recorder sends what piled
+    up while it was queueing: one task per tenant instead of one per search. Returns how many
+    (memory, search) pairs were marked.
+    """
+    ids = [memory_id for memory_ids, _ in retrievals for memory_id in set(memory_ids)]
+    ats = [at for memory_ids, at in retrievals for _ in set(memory_ids)]
     with transaction.atomic(), connection.cursor() as cursor:
         tenant_write_lock(tenant)
         cursor.execute(
             """
-            UPDATE memory_memory
-            SET last_retrieved_at = greatest(coalesce(last_retrieved_at, %(at)s), %(at)s),
-                retrieval_count = retrieval_count + 1
-            WHERE tenant_id = %(tenant)s AND id = ANY(%(ids)s)
-            RETURNING id
+            UPDATE memory_memory AS m
+            SET last_retrieved_at = greatest(coalesce(m.last_retrieved_at, r.at), r.at),
+                retrieval_count = m.retrieval_count + r.times
+            FROM (
+                SELECT id, count(*) AS times, max(at) AS at
+                FROM unnest(%(ids)s::bigint[], %(ats)s::timestamptz[]) AS r (id, at)
+                GROUP BY id
+            ) AS r
+            WHERE m.tenant_id = %(tenant)s AND m.id = r.id
+            RETURNING m.id
             """,
-            {"tenant": tenant.pk, "ids": list(memory_ids), "at": at},
+            {"tenant": tenant.pk, "ids": ids, "ats": ats},
         )
-        marked = sorted(int(row.id) for row in rows_named(cursor))
-        if marked:
-            event_append(
-                tenant=tenant,
+        existing = {int(row.id) for row in rows_named(cursor)}
+        drafts = [
+            EventDraft(
                 kind="memory.retrieved",
                 actor=SYSTEM_ACTOR,
                 payload={"memory_ids": marked, "retrieved_at": at.isoformat()},
             )
-    return len(marked)
+            for memory_ids, at in retrievals
+            if (marked := sorted(existing.intersection(int(i) for i in memory_ids)))
+        ]
+        events_append(tenant=tenant, drafts=drafts)
+    return sum(len(draft.payload["memory_ids"]) for draft in drafts)

@@ -100,7 +100,10 @@ def _candidate_rows(
     sql, params = knowledge_candidates_query(
         tenant=tenant, query=query, query_vector=query_vector, limit=limit
     )
-    with transaction.atomic(using=read_connection.alias), read_connection.cursor() as cursor:
+    with (
+        transaction.atomic(using=read_connection.alias, savepoint=False),
+        read_connection.cursor() as cursor,
+    ):
         # HNSW with iterative scans (pgvector 0.8): another tenant's chunks never starve the
         # nearest ``limit`` of this one; the index scans on, in exact order, until it has them.
         hnsw_scan_configure(cursor, ef_search=max(40, 2 * limit))

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
+from config.metrics import search_plan_note
 from config.routers import read_connection
 from config.sql import row_named, rows_named
 from ledger.models import Agent, RecallSettings
@@ -263,6 +264,7 @@ def memory_candidates_query(
         "metadata": json.dumps(filters.metadata),
     }
     dense = dense_leg_sql(documents, filters)
+    search_plan_note(dense_leg_plan(documents, filters) if vector is not None else "keyword")
     sql = MEMORY_CANDIDATES_SQL.format(
         dense=dense if vector is not None else NO_ROWS,
         keyword=keyword_leg_sql(filters) if fetching else NO_ROWS,
@@ -286,7 +288,10 @@ def memory_candidates(
     sql, params = memory_candidates_query(
         agent=agent, query=query, vector=vector, filters=filters, now=now
     )
-    with transaction.atomic(using=read_connection.alias), read_connection.cursor() as cursor:
+    with (
+        transaction.atomic(using=read_connection.alias, savepoint=False),
+        read_connection.cursor() as cursor,
+    ):
         # Relaxed order: the candidates are ranked by their exact cosine afterwards anyway, and
         # pgvector documents it as the better-recall mode (bench/memory_scale.py, tag filter
         # keeping 5 % of 2,000,000 rows: recall@10 0.947 relaxed, 0.940 strict, 30 queries).

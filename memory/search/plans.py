@@ -35,7 +35,11 @@ def hnsw_scan_configure(cursor: Any, *, ef_search: int, order: str = "strict_ord
     """Session settings for an HNSW scan inside the current transaction: iterative scans, so
     filters that remove most rows never starve the result (the index scans on until it has the
     rows asked for; ``strict_order`` returns them in exact distance order, ``relaxed_order``
-    nearly so, finding more of the true neighbours), and the candidate list."""
+    nearly so, finding more of the true neighbours), and the candidate list.
+
+    Callers open ``transaction.atomic(savepoint=False)``: ``set_config(..., true)`` lasts to the
+    end of the transaction whether or not a savepoint is released, so inside the request's
+    transaction a savepoint would only cost two more statements per leg of a search."""
     cursor.execute(
         "SELECT set_config('hnsw.iterative_scan', %s, true),"
         " set_config('hnsw.ef_search', %s, true)",

@@ -19,12 +19,14 @@ The legs of each source are in ``memory.search.legs``, the fusion and the score 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
 import threading
 import time
 from collections.abc import Sequence
+from contextvars import Context, copy_context
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -32,6 +34,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.metrics import search_observe
 from config.routers import lag_tolerant, read_connection
 from config.sql import row_named, rows_named
 from ledger.models import Agent
@@ -162,6 +165,7 @@ def memories_search(
     hits = memory_hits_completed(agent, hits)
     if record_retrieval:
         _mark_retrieved(agent, [h.id for h in hits if h.source == AGENT_MEMORY], moment)
+    search_observe(time.perf_counter() - started)
     return SearchOutcome(
         hits=hits,
         semantic=vector is not None,
@@ -174,16 +178,19 @@ def _mark_retrieved(agent: Agent, memory_ids: list[int], moment: datetime) -> No
     """Hand the retrieval to the recorder thread: publishing a Celery message costs about 2 ms,
     which the search's caller need not wait for."""
     if memory_ids:
-        _retrievals.put((agent.tenant_id, memory_ids, moment.isoformat()))
+        # With the request's context, so the task carries its request id (config.logs).
+        _retrievals.put((agent.tenant_id, memory_ids, moment.isoformat(), copy_context()))
         _retrieval_recorder_started()
 
 
 # Retrievals waiting to be queued for the worker, and the daemon thread that queues them. A
 # process that dies with some still here loses only those statistics (decay then sees the
 # memories as retrieved a little earlier than they were).
-_retrievals: queue.SimpleQueue[tuple[int, list[int], str]] = queue.SimpleQueue()
+_retrievals: queue.SimpleQueue[tuple[int, list[int], str, Context]] = queue.SimpleQueue()
 _recorder_lock = threading.Lock()
 _recorder: threading.Thread | None = None
+# The most searches one retrieval task records (one transaction, one ledger append).
+RETRIEVALS_PER_TASK = 200
 
 
 def _retrieval_recorder_started() -> None:
@@ -199,16 +206,25 @@ def _retrieval_recorder_started() -> None:
 
 
 def _record_retrievals() -> None:
-    from memory.tasks import memories_mark_retrieved_task
+    from memory.tasks import memories_mark_retrieved_batch_task
 
     while True:
-        tenant_id, memory_ids, at = _retrievals.get()
-        try:
-            memories_mark_retrieved_task.delay(tenant_id, memory_ids, at)
-        except Exception:  # a broker outage must not fail a read; decay sees older retrievals
-            logger.exception(
-                "could not queue retrieval statistics for %d memories", len(memory_ids)
-            )
+        waiting = [_retrievals.get()]
+        # What piled up while the last batch was being queued leaves as one task per tenant:
+        # under load a task (and a ledger append) per search cost the worker more CPU than the
+        # searches themselves saved. A batch carries its first search's context (request id).
+        with contextlib.suppress(queue.Empty):
+            while len(waiting) < RETRIEVALS_PER_TASK:
+                waiting.append(_retrievals.get_nowait())
+        by_tenant: dict[int, list[tuple[list[int], str, Context]]] = {}
+        for tenant_id, memory_ids, at, context in waiting:
+            by_tenant.setdefault(tenant_id, []).append((memory_ids, at, context))
+        for tenant_id, batch in by_tenant.items():
+            retrievals = [(memory_ids, at) for memory_ids, at, _ in batch]
+            try:
+                batch[0][2].run(memories_mark_retrieved_batch_task.delay, tenant_id, retrievals)
+            except Exception:  # a broker outage must not fail a read; decay sees older retrievals
+                logger.exception("could not queue retrieval statistics of %d searches", len(batch))
 
 
 def agent_memory_count(agent: Agent) -> int:
@@ -235,7 +251,7 @@ def memories_nearest(
     """
     moment = now or timezone.now()
     sql = nearest_sql(agent_memory_count(agent))
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         hnsw_scan_configure(cursor, ef_search=max(HNSW_EF_SEARCH, 2 * k))
         cursor.execute(
             sql,

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.metrics import trust_recompute_counted
 from ledger.jobs import Batch, job_progress
 from ledger.models import Agent, Tenant
 from ledger.services import SYSTEM_ACTOR, EventDraft, events_append, tenant_write_lock
@@ -23,6 +24,7 @@ from trust.scores.models import TrustScoreChange
 from trust.scores.scoring import trust_score
 
 
+@trust_recompute_counted
 def trust_recompute(
     *,
     tenant: Tenant,

@@ -30,6 +30,7 @@ from config import embedded, embedded_redis
 from config.checks import DeploymentMismatch, deployment_verify
 from config.env import env_int, env_str
 from config.health import health_report
+from config.metrics import metrics_dir_reset
 from config.supervisor import (
     CRASH_LOOP_LIMIT,
     CRASH_LOOP_WINDOW_SECONDS,
@@ -255,6 +256,7 @@ class Command(BaseCommand):
     def _prepare(self, *, demo: bool, verbosity: int) -> None:
         """Servers, schema, static files and identity; each step checks for an early Ctrl-C."""
         steps: list[Callable[[], object]] = [
+            metrics_dir_reset,
             self._start_embedded,
             lambda: call_command("migrate", interactive=False, verbosity=verbosity),
             self._verify_deployment,
