@@ -349,7 +349,17 @@ def pyproject_requirements(*extras: str) -> list[Requirement]:
     lines = list(project["dependencies"])
     for extra in extras:
         lines += project["optional-dependencies"][extra]
-    return [Requirement(line) for line in lines]
+    requirements = []
+    for requirement in map(Requirement, lines):
+        # An extra that names another of the project's own ("agent-memory[otel]") brings that
+        # extra's requirements, not a package of that name.
+        if canonical(requirement.name) == canonical(project["name"]):
+            requirements += pyproject_requirements(*requirement.extras)[
+                len(project["dependencies"]) :
+            ]
+        else:
+            requirements.append(requirement)
+    return requirements
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import pytest
 import schemathesis
 from django.conf import settings
 from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections, transaction
 from hypothesis import HealthCheck, Phase
 from hypothesis import settings as hypothesis_settings
@@ -31,7 +32,6 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from config.wsgi import application
 from ledger import services
 from ledger.models import Role
 
@@ -44,6 +44,9 @@ CHECKS = [
     response_schema_conformance,
 ]
 
+# The application without config.wsgi's start-up checks: they query the database, which
+# pytest-django opens only inside tests, and tests/test_startup_checks.py covers them.
+application = get_wsgi_application()
 schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
 
 # What the run did, written next to the test logs for bench/fuzz_api.py and docs/reliability.md.
