@@ -1,8 +1,8 @@
 """The image's HEALTHCHECK: ``python -m config.probe`` exits 0 when the web process answers.
 
-A liveness probe: any HTTP answer from ``/healthz`` counts, its 503 included. That 503 means a
-dependency (the database, Redis, the worker, a background job) is unwell, which restarting this
-container would not cure; a process that accepts no connection or answers nothing within the
+A liveness probe on ``/livez`` (config.probes), which touches no dependency: a database, Redis or
+background job that is unwell is ``/readyz``'s and ``/healthz``'s to report, and restarting this
+container would not cure it; a process that accepts no connection or answers nothing within the
 timeout is what a restart is for. It imports no Django, so a probe costs a few milliseconds.
 Any answer counts, a 400 for an unknown Host included: the probe does not know ALLOWED_HOSTS.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import http.client
 import sys
 
-PROBE_PATH = "/healthz"
+PROBE_PATH = "/livez"
 PROBE_TIMEOUT_SECONDS = 4.0
 
 
