@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from ledger.models import Role
+from memory.content.selectors import content_run_savings
 from tests.browser.test_trust_pages import critic  # noqa: F401  (a fixture)
+from tests.memory.test_views import record, rows
 from trust.models import TrustScoreChange
 from trust.rounds import overrides
 from trust.rounds.models import Override
@@ -78,3 +80,40 @@ def test_the_trust_chart_has_a_time_axis_zoomed_to_the_data_with_regrets_marked(
     assert (chart["ymin"], chart["ymax"]) != (0, 1)
     assert chart["scroll"] <= width
     screenshot(f"trust-chart-{width}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_token_savings_explains_a_run_that_saved_nothing(
+    page_as, tenant, make_agent, width, screenshot
+):
+    agent = make_agent(tenant, name="Fetcher1")
+    for n in range(3):
+        record(agent, "run-long", "sql.query", rows(40 + n))
+    for text in ("ok", "ok too"):
+        record(agent, "run-short", "web.fetch", text)
+    short = content_run_savings(tenant=tenant, agent=None, run_id="run-short")
+    long = content_run_savings(tenant=tenant, agent=None, run_id="run-long")
+    assert short is not None
+    assert long is not None
+    assert short.tokens_saved < 0 < long.tokens_saved  # the header lines outweigh "ok"
+    page = page_as(Role.REVIEWER)
+    page.set_viewport_size({"width": width, "height": 844})
+    page.goto("/memory/token-savings/")
+
+    short_row = page.locator("#savings tbody tr", has_text="run-short")
+    assert short_row.locator(".bar").count() == 0  # no bar drawn full
+    note = short_row.locator(".savings__over").inner_text()
+    assert f"{-short.tokens_saved:,} tokens more than in full" in note
+    assert short_row.locator("strong.savings__negative").inner_text() == f"{short.tokens_saved:,}"
+    assert "(none saved)" in short_row.inner_text()
+    long_row = page.locator("#savings tbody tr", has_text="run-long")
+    fill = long_row.locator(".bar__fill")
+    assert fill.count() == 1
+    assert long_row.locator(".savings__over").count() == 0
+    bar_width = long_row.locator(".bar").bounding_box()
+    fill_width = fill.bounding_box()
+    assert bar_width is not None
+    assert fill_width is not None
+    assert fill_width["width"] < bar_width["width"]
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+    screenshot(f"token-savings-negative-{width}")
