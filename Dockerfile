@@ -2,7 +2,7 @@
 # Base images are pinned to a release (tests/test_deployment_files.py refuses a floating tag);
 # raise them on purpose, in a commit of their own.
 
-# The dashboards' browser assets (Chart.js) from npm, pinned by package-lock.json; only their
+# The dashboards' browser assets (Chart.js, Luxon and its Chart.js adapter) from npm, pinned by package-lock.json; only their
 # files reach the app image, not Node.
 FROM node:20.19.4-bookworm-slim AS assets
 WORKDIR /assets
@@ -34,6 +34,8 @@ COPY . .
 RUN pip install --no-deps ./clients/python
 # settings.STATICFILES_DIRS serves them from here.
 COPY --from=assets /assets/node_modules/chart.js/dist ./node_modules/chart.js/dist
+COPY --from=assets /assets/node_modules/luxon/build/global ./node_modules/luxon/build/global
+COPY --from=assets /assets/node_modules/chartjs-adapter-luxon/dist ./node_modules/chartjs-adapter-luxon/dist
 # Static files, hashed and compressed (WhiteNoise's manifest storage). The settings need a
 # secret key and a database only to load: neither is used nor kept in the image.
 RUN SECRET_KEY=collectstatic-only DATABASE_URL=postgresql://build@localhost/build \

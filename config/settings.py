@@ -329,6 +329,10 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+    # The trust chart's time axis: Chart.js needs a date adapter; Luxon's can draw it in UTC,
+    # the time every page shows.
+    ("vendor/luxon", BASE_DIR / "node_modules" / "luxon" / "build" / "global"),
+    ("vendor/chartjs-adapter-luxon", BASE_DIR / "node_modules" / "chartjs-adapter-luxon" / "dist"),
 ]
 # The image collects them at build into a folder of its own (Dockerfile), so an upgrade serves
 # its own files and never those a data volume kept from the last release.

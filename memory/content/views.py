@@ -28,8 +28,14 @@ def token_savings(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "overview": overview,
-        "rows": [(run, bar_step(run.returned_ratio)) for run in overview.runs],
+        # A run's renderings can cost more than its results in full (short results: every
+        # rendering carries a header line with the item id); the page says by how much
+        # instead of drawing a bar that overflows to full.
+        "rows": [
+            (run, bar_step(run.returned_ratio), max(0, -run.tokens_saved)) for run in overview.runs
+        ],
         "total_step": bar_step(overview.total.returned_ratio),
+        "total_over": max(0, -overview.total.tokens_saved),
     }
     template = (
         "memory/partials/savings.html" if partial_wanted(request) else "memory/token_savings.html"

@@ -55,7 +55,8 @@ def _chart(page):
     return page.evaluate(
         """() => {
             const chart = Chart.getChart(document.getElementById("trust-chart"));
-            return {scores: chart.data.datasets[0].data, labels: chart.data.labels};
+            const points = chart.data.datasets[0].data;
+            return {scores: points.map((p) => p.y), times: points.map((p) => p.x)};
         }"""
     )
 

@@ -260,13 +260,31 @@ def test_it_shows_full_versus_returned_tokens_per_run(
         savings = content_run_savings(tenant=tenant, agent=None, run_id=run_id)
         assert savings is not None
         row = body[body.index(f">{run_id}</a>") :].split("</tr>")[0]
-        assert f'<td class="num">{savings.tokens_full:,}</td>' in row
-        assert f'<td class="num">{savings.tokens_returned:,}</td>' in row
-        assert f"<strong>{savings.tokens_saved:,}</strong>" in row
+        assert f'data-label="Full">{savings.tokens_full:,}</td>' in row
+        assert f'data-label="Returned">{savings.tokens_returned:,}</td>' in row
+        assert re.search(rf"<strong[^>]*>{savings.tokens_saved:,}</strong>", row)
     run_a = content_run_savings(tenant=tenant, agent=None, run_id="run-a")
     assert run_a.tokens_saved > 0
     assert run_a.compacted_renderings == 2
     assert re.search(r"swatch--returned w-\d+", body)
+    # A short page costs more in its rendering (the header line) than in full: said, not drawn.
+    run_b = content_run_savings(tenant=tenant, agent=None, run_id="run-b")
+    row_b = body[body.index(">run-b</a>") :].split("</tr>")[0]
+    assert run_b.tokens_saved < 0
+    assert f"{-run_b.tokens_saved:,} tokens more than in full" in row_b
+    assert "swatch--returned" not in row_b
+
+
+def test_the_totals_explain_a_period_that_saved_nothing(agent, reviewer_client):
+    record(agent, "run-short", "web.fetch", "ok")
+    record(agent, "run-short", "web.fetch", "ok too")
+
+    body = reviewer_client.get("/memory/token-savings/").content.decode()
+
+    total = content_runs_savings(tenant=agent.tenant, since=None).total
+    assert total.tokens_saved < 0
+    assert f"{-total.tokens_saved:,} tokens more returned than the {total.tokens_full:,}" in body
+    assert "% of" not in body
 
 
 def test_the_overview_agrees_with_each_runs_savings(tenant, agent, make_agent):

@@ -183,7 +183,8 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         breakdown=score_selectors.agent_trust_breakdown(agent=agent, now=now),
         chart=chart,
         chart_data={
-            "labels": [point.at.strftime("%Y-%m-%d %H:%M") for point in chart],
+            # Milliseconds since the epoch: the chart's time axis places each point at its moment.
+            "times": [round(point.at.timestamp() * 1000) for point in chart],
             "scores": [round(point.score, 4) for point in chart],
             "reasons": [point.reason for point in chart],
             "changes": [None if p.change is None else round(p.change, 4) for p in chart],
