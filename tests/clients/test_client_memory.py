@@ -175,3 +175,12 @@ def test_a_peers_workflow_step_output_is_found_through_the_client(tenant_keys, a
     assert {"source": "workflow_steps", "content": output} in [
         {"source": hit["source"], "content": hit["content"]} for hit in found["results"]
     ]
+
+
+def test_small_talk_is_stored_as_unimportant_and_an_instruction_as_important(agent: Client):
+    greeting = agent.memories_create(content="hi, how are you?", role="user")
+    instruction = agent.memories_create(
+        content="Deploy version 2.3.1 to production now.", role="user"
+    )
+
+    assert greeting["importance"] < 0.3 <= 0.6 <= instruction["importance"]
