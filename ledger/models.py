@@ -203,7 +203,7 @@ class Event(models.Model):
     # tokenising thousands of events per query. Not part of the hash: it is derived.
     search_words = models.GeneratedField(
         expression=Func(
-            Func(F("payload"), function="ledger_display_text"), function="ledger_words"
+            Func(F("kind"), F("payload"), function="ledger_display_text"), function="ledger_words"
         ),
         output_field=ArrayField(models.TextField()),
         db_persist=True,
@@ -230,20 +230,27 @@ class Event(models.Model):
 
     @property
     def text(self) -> str:
-        return displayable_text(self.payload)
+        return displayable_text(self.payload, kind=self.kind)
 
 
 DISPLAYABLE_PAYLOAD_KEYS = ("text", "summary", "goal")
+WORKFLOW_STEP_KIND = "workflow.step_completed"
+# A completed workflow step's result is its output (design note 001 searches ws.output). Only
+# this kind shows `output`: elsewhere the key may hold a tool's raw answer, secrets included.
+DISPLAYABLE_KEYS_BY_KIND = {WORKFLOW_STEP_KIND: ("text", "summary", "output", "goal")}
+# Every key some kind may show: what a scan for events with displayable text looks for.
+DISPLAYABLE_ANY_KIND_KEYS = ("text", "summary", "output", "goal")
 
 
-def displayable_text(payload: Any) -> str:
+def displayable_text(payload: Any, *, kind: str) -> str:
     """The one part of a payload that may be shown to agents or put into a prompt.
 
     Payloads can carry secrets under any other key, so nothing else of them is ever rendered.
+    ``ledger_display_text(kind, payload)`` (migration 0013) is its twin in SQL.
     """
     if not isinstance(payload, dict):
         return ""
-    for key in DISPLAYABLE_PAYLOAD_KEYS:
+    for key in DISPLAYABLE_KEYS_BY_KIND.get(kind, DISPLAYABLE_PAYLOAD_KEYS):
         value = payload.get(key)
         if isinstance(value, str) and value:
             return value

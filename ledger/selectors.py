@@ -15,6 +15,7 @@ from django.db.models import Q
 from ledger.anchors import Checkpoint, CheckpointLog, checkpoints_read
 from ledger.chain import event_hash
 from ledger.models import (
+    WORKFLOW_STEP_KIND,
     Agent,
     ApiKey,
     ChainVerification,
@@ -293,9 +294,17 @@ def tenant_overview(*, tenant: Tenant, agent_limit: int = 20) -> TenantOverview:
 # holds the two to the same answers. Every reader of events on an agent's behalf uses one of them.
 
 DERIVED_KINDS = ("agent.reflected",)
+# Kinds every agent of the tenant sees whatever its visible kinds: completed workflow steps are
+# the organisation's record of work done (design note 001 searches them tenant-wide).
+TENANT_WIDE_KINDS = (WORKFLOW_STEP_KIND,)
 DERIVED_FROM_KEY = "source_kinds"
 # The seq range every reflection of the service records; beside no DERIVED_FROM_KEY, an old one.
 COVERS_KEY = "covers"
+
+
+def public_kinds(settings: RecallSettings) -> list[str]:
+    """The kinds of the others' events an agent sees: the tenant's choice and the tenant-wide."""
+    return sorted({*settings.globally_visible_kinds, *TENANT_WIDE_KINDS})
 
 
 def event_visible_to(*, agent: Agent, settings: RecallSettings | None = None) -> Q:
@@ -303,7 +312,7 @@ def event_visible_to(*, agent: Agent, settings: RecallSettings | None = None) ->
 
     Pass the tenant's settings when the caller already has them, to save a query.
     """
-    visible = list((settings or RecallSettings.for_tenant(agent.tenant)).globally_visible_kinds)
+    visible = public_kinds(settings or RecallSettings.for_tenant(agent.tenant))
     sources_public = Q(**{f"payload__{DERIVED_FROM_KEY}__contained_by": visible}) | (
         ~Q(payload__has_key=DERIVED_FROM_KEY) & ~Q(payload__has_key=COVERS_KEY)
     )
@@ -326,7 +335,7 @@ def event_visible_sql(alias: str) -> str:
 def event_visible_params(*, agent: Agent, settings: RecallSettings) -> dict[str, Any]:
     return {
         "viewer": agent.name,
-        "visible_kinds": list(settings.globally_visible_kinds),
+        "visible_kinds": public_kinds(settings),
         "derived_kinds": list(DERIVED_KINDS),
     }
 

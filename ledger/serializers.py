@@ -123,7 +123,7 @@ class EventSerializer(serializers.ModelSerializer[Event]):
         agent = getattr(principal, "agent", None)
         if agent is None or event.actor == agent.name:
             return dict(event.payload)
-        text = displayable_text(event.payload)
+        text = displayable_text(event.payload, kind=event.kind)
         return {"text": text} if text else {}
 
 

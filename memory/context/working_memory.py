@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from django.db import transaction
@@ -286,7 +286,9 @@ def working_memory_assemble(
     model frames them (content, role and three framing tokens each).
 
     While over budget, and re-checked after each: turns older than the most recent 20 become one
-    summary message; memories 5 → 3; KB chunks 5 → 2. Each cut applied appends one
+    summary message; memories 5 → 3; KB chunks 5 → 2. A cut that would not shrink the context
+    (a summary longer than the turns it replaces) is skipped, so the context only ever shrinks
+    and fits whenever the cuts in this order can make it fit. Each cut applied appends one
     ``context.truncated`` event, all in one transaction once the result is known to fit.
 
     Raises ``ApiError(context_budget_exceeded, 422)``, with nothing written to the ledger, when the
@@ -312,11 +314,17 @@ def working_memory_assemble(
             tokens_before = sum(section_tokens.values())
             if tokens_before <= budget_tokens:
                 break
-            applied = cut(draft)
+            trial = replace(draft)  # a cut rebinds the lists it changes, never mutates them
+            applied = cut(trial)
             if applied is None:
                 continue
+            trial_tokens = _section_tokens(trial.sections())
+            # A summary of short turns can be longer than they were (its heading and one line
+            # per turn): a cut that does not shrink the context is skipped, never applied.
+            if sum(trial_tokens.values()) >= tokens_before:
+                continue
             description, sources = applied
-            section_tokens = _section_tokens(draft.sections())
+            draft, section_tokens = trial, trial_tokens
             truncations.append(
                 Truncation(
                     step=step,

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from django.db import transaction
 
 from ledger.jobs import Batch, batches_until_short
-from ledger.models import DISPLAYABLE_PAYLOAD_KEYS, Event, Tenant
+from ledger.models import DISPLAYABLE_ANY_KIND_KEYS, Event, Tenant
 from memory.embeddings.backends import (
     EmbeddingUnavailable,
     embed_texts,
@@ -32,7 +32,7 @@ def event_embeddings_build(*, event_ids: Sequence[int]) -> int:
         event
         for event in Event.objects.filter(pk__in=event_ids)
         .exclude(embedding__model=model)
-        .only("id", "tenant_id", "run_id", "payload")
+        .only("id", "tenant_id", "run_id", "kind", "payload")
         .order_by("id")
         if event.text
     ]
@@ -76,7 +76,7 @@ def events_embeddings_backfill(
     Raises ``EmbeddingUnavailable`` when the embedder is down: the next run starts over.
     """
     ids = list(
-        Event.objects.filter(pk__gt=after_id, payload__has_any_keys=list(DISPLAYABLE_PAYLOAD_KEYS))
+        Event.objects.filter(pk__gt=after_id, payload__has_any_keys=list(DISPLAYABLE_ANY_KIND_KEYS))
         .exclude(embedding__model=embedder_name())
         .order_by("pk")
         .values_list("pk", flat=True)[:batch_size]

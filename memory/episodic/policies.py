@@ -246,6 +246,57 @@ _SMALL_TALK_WORDS = frozenset(
     }
 )  # fmt: skip
 
+# Pleasantries beyond acknowledgements: greetings, how-are-yous, weather, weekends and the words
+# that hold them together. A short message made only of these and _SMALL_TALK_WORDS is small talk
+# ("hi, how are you?", "Good morning! Lovely weather today"), however many words it has; one word
+# outside them ("server", "invoice") makes it something else.
+_PHATIC_WORDS = frozenset(
+    {
+        "how", "how's", "hows", "are", "is", "was", "were", "be", "been", "am", "i", "i'm", "im",
+        "it's", "its", "what", "what's", "whats", "up", "doing", "going", "things", "everyone",
+        "everybody", "guys", "folks", "mate", "well", "lovely", "beautiful", "wonderful",
+        "happy", "merry", "christmas", "birthday", "holiday", "holidays", "weekend", "trip",
+        "lunch", "coffee", "day", "today", "week", "mondays", "monday", "friday", "hope",
+        "hoping", "enjoy", "have", "had", "take", "care", "asking", "congrats",
+        "congratulations", "meet", "hear", "see", "talk", "chat", "soon", "later", "around",
+        "again", "back", "afternoon", "laugh", "funny", "fun", "classic", "fair", "enough",
+        "same", "here", "pretty", "tired", "busy", "long", "time", "not", "just", "chilling",
+        "weather", "sunny", "sun", "rain", "raining", "rainy", "hot", "cold", "freezing", "warm",
+        "outside", "snow", "snowing", "cloudy", "comes", "out", "ugh", "brb", "grabbing",
+        "family", "your", "you", "me", "my", "we", "our", "the", "an", "to", "of", "and", "for",
+        "on", "in", "at", "with", "this", "that", "these", "one", "about", "too", "really",
+        "made", "as", "end", "thing", "glad", "miss", "missed",
+    }
+)  # fmt: skip
+# More words than a greeting or a remark about the weather takes.
+_PHATIC_MAX_WORDS = 12
+
+# An instruction: a clause opening with an action verb in the imperative, possibly after a
+# politeness or sequencing word ("Deploy version 2.3.1 to production now.", "Please send the
+# contract", "then restart the pods"). RE2, as _EXPLICIT: its clause starts repeat over newlines.
+_INSTRUCTION_VERBS = (
+    r"deploy|ship|release|roll\s+back|rollback|revert|restart|reboot|stop|start|kill|"
+    r"shut\s+down|disable|enable|lock|unlock|block|unblock|freeze|scale|migrate|upgrade|"
+    r"downgrade|install|patch|push|merge|publish|back\s+up|archive|delete|remove|purge|drop|"
+    r"revoke|rotate|reset|grant|invite|assign|escalate|notify|tell|inform|email|call|text|"
+    r"send|forward|submit|file|sign|approve|reject|pay|refund|transfer|invoice|charge|order|"
+    r"buy|purchase|book|schedule|cancel|renew|terminate|hire|fire|promote|add|create|update|"
+    r"set|switch|move|change|configure|close|open|run|fix|raise|lower|increase|decrease"
+)
+_INSTRUCTION = linear_compile(
+    r"(?im)(?:^|[.!?;:\n]\s*)(?:(?:please|pls|now|then|and|ok|okay|urgent(?:ly)?)[,:]?\s+)*"
+    r"(?:" + _INSTRUCTION_VERBS + r")\s+(?:the|a|an|all|every|this|that|these|those|our|my|"
+    r"their|his|her|its|it|them|him|me|us|to|\w+)\b"
+)
+
+# What raises the stakes of anything said: production, outages, breaches, leaked secrets, data
+# loss, and a demand for speed.
+_STAKES = re.compile(
+    r"\b(?:production|prod|outage|breach(?:ed)?|leak(?:ed|s)?|compromised|data\s+loss|lost|"
+    r"immediately|asap|urgent(?:ly)?|right\s+away|critical|security)\b",
+    _FLAGS,
+)
+
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
 _BASE_IMPORTANCE: dict[str, float] = {
@@ -267,8 +318,8 @@ def importance_estimate(
 ) -> float:
     """Importance in [0, 1] at store time, when the client gave none. Deterministic.
 
-    ``role`` and ``metadata`` are accepted for symmetry with :func:`memory_type_infer` (callers
-    pass the same arguments to both); the score depends only on the type and the text today.
+    ``metadata`` is accepted for symmetry with :func:`memory_type_infer` (callers pass the same
+    arguments to both); the score depends on the type, the text and, for instructions, the role.
 
     Scoring table:
 
@@ -289,6 +340,10 @@ def importance_estimate(
     - money amount ("$1,200", "€30", "1.2k USD", "EUR 500")            +0.15
     - date or deadline ("2025-03-01", "May 3", "by Friday", "Q3", "EOD") +0.10
     - action taken ("booked", "paid", "sent", "scheduled", "signed")     +0.10
+    - an instruction: a clause opening with an imperative action verb
+      ("Deploy version 2.3.1 now.", "please send the contract"); never
+      for a ``tool_result``, whose text does not instruct the agent      +0.20
+    - stakes ("production", "outage", "breach", "leaked", "immediately") +0.10
 
     The sum is capped at 0.95, leaving 1.0 to explicit memories alone.
 
@@ -297,6 +352,8 @@ def importance_estimate(
     - empty, or only emoji and punctuation                               0.05
     - only acknowledgements and greetings ("ok thanks!", "sounds good")  0.10
     - any other text of three words or fewer                             0.15
+    - up to 12 words of greetings, pleasantries and weather ("hi, how
+      are you?", "Good morning! Lovely weather today")                   0.15
 
     A non-conversation memory of two words or fewer ("Done.", "Build failed") loses 0.20: the type
     is plausible but there is too little text to recall anything by.
@@ -322,6 +379,13 @@ def importance_estimate(
     if _ACTION.search(text):
         score += 0.10
         has_signal = True
+    # Third-party text (tool output) does not instruct the agent: it may only describe.
+    if role != "tool_result" and _INSTRUCTION.search(_statements(text)):
+        score += 0.20
+        has_signal = True
+    if _STAKES.search(text):
+        score += 0.10
+        has_signal = True
 
     if memory_type == CONVERSATION and not has_signal:
         if not words:
@@ -330,10 +394,29 @@ def importance_estimate(
             return 0.1
         if len(words) <= 3:
             return 0.15
+        if len(words) <= _PHATIC_MAX_WORDS and all(
+            w in _SMALL_TALK_WORDS or w in _PHATIC_WORDS for w in words
+        ):
+            return 0.15
     elif len(words) <= 2 and not has_signal:
         score -= 0.20
 
     return round(min(max(score, 0.0), _HEURISTIC_CEILING), 3)
+
+
+# The bands a score falls in, as design note 001 speaks of importance: below 0.3 is small talk
+# worth little (its cleanup threshold is 0.2), from 0.6 up what an agent should recall (a task
+# done, a fact, a decision, an instruction). bench/importance_agreement.py scores the heuristic
+# against hand labels in these bands.
+LOW_BELOW = 0.3
+HIGH_FROM = 0.6
+
+
+def importance_band(score: float) -> str:
+    """``low``, ``neutral`` or ``high``: the band an importance score falls in."""
+    if score < LOW_BELOW:
+        return "low"
+    return "high" if score >= HIGH_FROM else "neutral"
 
 
 def expires_at_default(*, memory_type: str, created_at: datetime) -> datetime | None:

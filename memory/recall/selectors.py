@@ -128,7 +128,7 @@ ranked AS (
     LIMIT %(top_k)s
 )
 -- Payloads are read only for the winners: detoasting every candidate's JSON is the slow part.
-SELECT r.seq, r.turn, r.kind, r.actor, ledger_display_text(e.payload) AS text,
+SELECT r.seq, r.turn, r.kind, r.actor, ledger_display_text(e.kind, e.payload) AS text,
        r.relevance, r.recency, r.importance, r.score, r.from_index
 FROM ranked AS r JOIN ledger_event AS e ON e.id = r.id
 ORDER BY r.score DESC, r.seq DESC

@@ -14,7 +14,7 @@ from django.db import transaction
 from config.metrics import search_plan_note
 from config.routers import read_connection
 from config.sql import row_named, rows_named
-from ledger.models import Agent, RecallSettings
+from ledger.models import WORKFLOW_STEP_KIND, Agent, RecallSettings
 from ledger.selectors import event_visible_params, event_visible_sql
 from memory.embeddings.backends import embedder_name
 from memory.episodic import policies
@@ -30,8 +30,6 @@ from memory.search.plans import (
     vector_literal,
 )
 from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, WORKFLOW_STEPS, Candidate
-
-WORKFLOW_STEP_KIND = "workflow.step_completed"
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -333,7 +331,7 @@ WITH keyword AS (
 ),
 dense AS ({dense}),
 candidates AS (SELECT id FROM keyword UNION SELECT id FROM dense)
-SELECT e.id, e.seq, e.kind, e.actor, e.run_id, ledger_display_text(e.payload) AS text,
+SELECT e.id, e.seq, e.kind, e.actor, e.run_id, ledger_display_text(e.kind, e.payload) AS text,
        e.created_at, {cosine} AS cosine,
        cardinality(ARRAY(SELECT unnest(e.search_words) INTERSECT SELECT unnest(%(words)s::text[])))
            AS matched
@@ -379,7 +377,7 @@ def event_candidates(
         )
         rows = rows_named(cursor)
     candidates = []
-    # The text is ledger_display_text(payload): ledger.models.displayable_text in SQL, so no
+    # The text is ledger_display_text(kind, payload): ledger.models.displayable_text in SQL, so no
     # other part of a payload (which may hold secrets) leaves the database.
     for row in rows:
         source = WORKFLOW_STEPS if row.kind == WORKFLOW_STEP_KIND else AUDIT_LOG

@@ -161,3 +161,26 @@ def test_a_search_retried_with_its_key_replays_the_first_answer(agent: Client):
     first = agent.memories_search(query="when do backups run?", idempotency_key="search-1")
     again = agent.memories_search(query="when do backups run?", idempotency_key="search-1")
     assert again == first
+
+
+def test_a_peers_workflow_step_output_is_found_through_the_client(tenant_keys, admin, agent):
+    other = tenant_keys.client(
+        admin.api_keys_create(name="other", role="agent", agent="Other")["key"]
+    )
+    output = "Quarterly vendor audit finished: Initech passed with two findings."
+    other.events_create(kind="workflow.step_completed", payload={"step": "audit", "output": output})
+
+    found = agent.memories_search(query="Initech vendor audit findings", top_k=5)
+
+    assert {"source": "workflow_steps", "content": output} in [
+        {"source": hit["source"], "content": hit["content"]} for hit in found["results"]
+    ]
+
+
+def test_small_talk_is_stored_as_unimportant_and_an_instruction_as_important(agent: Client):
+    greeting = agent.memories_create(content="hi, how are you?", role="user")
+    instruction = agent.memories_create(
+        content="Deploy version 2.3.1 to production now.", role="user"
+    )
+
+    assert greeting["importance"] < 0.3 <= 0.6 <= instruction["importance"]

@@ -252,3 +252,31 @@ def test_the_real_embedder_ranks_by_meaning(tenant, clerk, api_as):
 
     assert body["semantic"] is True
     assert body["kb_chunks"][0]["title"] == "Refunds"
+
+
+def test_a_summary_that_would_not_shrink_is_skipped_and_the_cuts_still_fit(
+    client, knowledge, tenant
+):
+    # 21 short turns: the one older than the recent 20, summarised under a heading, would be
+    # longer than it is, so summarising it could only grow the context.
+    turns = [{"role": "user", "content": f"ok {n}"} for n in range(20)] + [QUESTION]
+    full = ask(client, system_prompt=SYSTEM_PROMPT, turns=turns).json()
+    fewer_memories = ask(
+        client, system_prompt=SYSTEM_PROMPT, turns=turns, token_budget=full["total_tokens"] - 1
+    ).json()
+    # The memory cut alone is one token short of this budget; the KB cut then makes it fit.
+    budget = full["total_tokens"] - fewer_memories["truncations"][0]["tokens_removed"] - 1
+
+    tight = ask(client, system_prompt=SYSTEM_PROMPT, turns=turns, token_budget=budget)
+
+    assert full["truncations"] == []
+    assert [t["step"] for t in fewer_memories["truncations"]] == ["memories_reduced"]
+    assert tight.status_code == 200, tight.content
+    body = tight.json()
+    assert [t["step"] for t in body["truncations"]] == ["memories_reduced", "kb_chunks_reduced"]
+    assert body["total_tokens"] <= budget
+    assert [m for m in body["messages"] if m["role"] == "user"] == turns
+    logged = Event.objects.filter(tenant=tenant, kind=TRUNCATION_KIND)
+    assert logged.count() == 3
+    assert all(e.payload["tokens_removed"] > 0 for e in logged)
+    assert not logged.filter(payload__step="turns_summarised").exists()

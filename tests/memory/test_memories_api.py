@@ -37,6 +37,24 @@ def test_an_agent_stores_and_reads_back_a_memory(client):
     assert fetched["content"] == "We approved the $4,000 budget."
 
 
+def test_the_importance_given_at_store_reads_the_text(client):
+    texts = [
+        "hi, how are you?",
+        "Good morning! Lovely weather today",
+        "Deploy version 2.3.1 to production now.",
+    ]
+    response = client.post(
+        "/api/v1/memories/batch/",
+        {"memories": [{"content": text, "role": "user"} for text in texts]},
+        format="json",
+    )
+
+    assert response.status_code == 201, response.content
+    small_talk, weather, deploy = (m["importance"] for m in response.json()["memories"])
+    assert max(small_talk, weather) < 0.3
+    assert deploy >= 0.6
+
+
 def test_a_batch_is_stored_at_once_and_listed_newest_first(client):
     response = client.post(
         "/api/v1/memories/batch/",
