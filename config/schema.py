@@ -1,5 +1,13 @@
-"""What drf-spectacular cannot infer for the OpenAPI schema (every operation's error answers),
-and what the service reads back from the schema (each operation's query parameters).
+"""What drf-spectacular cannot infer for the OpenAPI schema, and what the service reads back
+from the schema (each operation's query parameters).
+
+The schema is written for code generators (the Python and TypeScript clients are generated from
+it): each operation is tagged with its resource (``memories``) and has an operationId that reads
+as a method name (``memories_create``, ``memories_search``), which the Python client uses as is;
+request components are not named ``*RequestRequest``; every POST that honours an
+``Idempotency-Key`` (each one on a ``TenantScopedViewSet``: ``ledger.scoping``) documents it;
+``Retry-After`` is documented on 429 and 503; and ``error.code`` is an enum
+(``config.error_codes``).
 
 Every error leaves the API in one shape (``config.api.error_body``), from authentication, roles,
 rate limits, validation, missing objects and dependency outages alike, so each operation lists
@@ -13,13 +21,107 @@ import functools
 import re
 from typing import Any
 
+from drf_spectacular import openapi
+from drf_spectacular.utils import OpenApiParameter
+
+from config.error_codes import ERROR_CODES
+
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    location=OpenApiParameter.HEADER,
+    description="Retrying with the same key returns the first answer and writes nothing new.",
+)
+# Operations whose name does not follow the rule of ``operation_name``: POST actions on a
+# collection that are not "create", and GETs of one thing that is not an object by id.
+OPERATION_NAMES = {
+    "content_items_clear_create": "content_items_clear",
+    "context_create": "context_assemble",
+    "events_batch_create": "events_create_batch",
+    "memories_batch_create": "memories_create_batch",
+    "memories_search_create": "memories_search",
+    "kb_search_create": "kb_search",
+    "recall_create": "recall",
+    "trust_devils_advocate_create": "trust_devils_advocate",
+    "trust_import_create": "trust_import",
+    "trust_recompute_create": "trust_recompute",
+    "events_verify_retrieve": "events_verify",
+    "events_verify_receipt_create": "events_verify_receipt",
+    "trust_metrics_retrieve": "trust_metrics",
+    "trust_export_retrieve": "trust_export",
+}
+# drf-spectacular's action suffixes, as the client's methods name them.
+_SUFFIXES = {
+    "_retrieve": "_get",
+    "_partial_update": "_update",
+    "_update": "_replace",
+    "_destroy": "_delete",
+}
+
+
+def operation_name(default: str, path: str) -> str:
+    """``memories_create``, ``memories_get``, ``rounds_finalize`` from drf-spectacular's
+    ``v1_memories_create``, ``v1_memories_retrieve``, ``v1_rounds_finalize_create``: a POST on
+    ``/{id}/<action>/`` is the action itself, and the other suffixes are the client's verbs."""
+    name = default.removeprefix("v1_")
+    if name in OPERATION_NAMES:
+        return OPERATION_NAMES[name]
+    segments = [s for s in path.split("/") if s]
+    if name.endswith("_create") and len(segments) >= 2 and segments[-2].startswith("{"):
+        return name.removesuffix("_create")
+    for old, new in _SUFFIXES.items():
+        if name.endswith(old):
+            return name.removesuffix(old) + new
+    return name
+
+
+class AutoSchema(openapi.AutoSchema):
+    """REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]: names, tags and headers for code generators."""
+
+    def get_tags(self) -> list[str]:
+        # "/api/v1/memories/search/" -> "memories": the resource, not the API version.
+        tokens = [t for t in self._tokenize_path() if t != "v1"]
+        return tokens[:1] or super().get_tags()
+
+    def get_operation_id(self) -> str:
+        return operation_name(super().get_operation_id(), self.path)
+
+    def get_override_parameters(self) -> list[Any]:
+        from ledger.scoping import TenantScopedViewSet  # the views import this module's settings
+
+        parameters = list(super().get_override_parameters())
+        if self.method == "POST" and isinstance(self.view, TenantScopedViewSet):
+            parameters.append(IDEMPOTENCY_PARAMETER)
+        return parameters
+
+    def _get_serializer_name(
+        self, serializer: Any, direction: Any, bypass_extensions: bool = False
+    ) -> str:
+        # COMPONENT_SPLIT_REQUEST appends "Request" to request components; a serializer already
+        # named "...Request" (SearchRequestSerializer) would become "SearchRequestRequest".
+        name = str(super()._get_serializer_name(serializer, direction, bypass_extensions))
+        return name.removesuffix("Request") if name.endswith("RequestRequest") else name
+
+
+ERROR_CODE_COMPONENT = {
+    "type": "string",
+    "enum": list(ERROR_CODES),
+    "description": "Stable, machine-readable code: it never changes once published.",
+}
+RETRY_AFTER = {
+    "Retry-After": {
+        "schema": {"type": "integer", "minimum": 0},
+        "description": "Seconds to wait before retrying.",
+    }
+}
+
 ERROR_COMPONENT = {
     "type": "object",
     "properties": {
         "error": {
             "type": "object",
             "properties": {
-                "code": {"type": "string", "description": "Stable, machine-readable code."},
+                "code": {"$ref": "#/components/schemas/ErrorCode"},
                 "message": {"type": "string", "description": "What went wrong, for a person."},
                 "details": {"type": "object", "additionalProperties": True},
             },
@@ -51,7 +153,9 @@ def document_error_responses(
     result: dict[str, Any], generator: Any, request: Any, public: bool
 ) -> dict[str, Any]:
     """drf-spectacular post-processing hook (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"])."""
-    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_COMPONENT
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = ERROR_COMPONENT
+    schemas["ErrorCode"] = ERROR_CODE_COMPONENT
     reference = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for path, operations in result.get("paths", {}).items():
         if not path.startswith("/api/v1/"):
@@ -63,6 +167,8 @@ def document_error_responses(
             responses = operation.setdefault("responses", {})
             for status, description in statuses.items():
                 responses.setdefault(status, {"content": reference, "description": description})
+            for status in ("429", "503"):
+                responses[status].setdefault("headers", {}).update(RETRY_AFTER)
     return result
 
 

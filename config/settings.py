@@ -273,7 +273,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["config.api.JsonParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "config.api.CursorPagination",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "config.schema.AutoSchema",
     "EXCEPTION_HANDLER": "config.api.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
     "PAGE_SIZE": 50,

@@ -39,13 +39,6 @@ from ledger.serializers import (
     ReceiptVerifySerializer,
 )
 
-IDEMPOTENCY_PARAMETER = OpenApiParameter(
-    "Idempotency-Key",
-    str,
-    location=OpenApiParameter.HEADER,
-    description="Retrying with the same key returns the first answer and writes nothing new.",
-)
-
 
 @extend_schema_view(
     list=extend_schema(
@@ -177,7 +170,6 @@ class EventCursorPagination(CursorPagination):
         summary="Append one event",
         request=EventAppendSerializer,
         responses={201: EventSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     batch=extend_schema(
         summary="Append several events atomically (all or none)",
@@ -185,7 +177,6 @@ class EventCursorPagination(CursorPagination):
         responses={
             201: inline_serializer("EventBatchResult", {"events": EventSerializer(many=True)})
         },
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     verify=extend_schema(
         summary="Verify the hash chain against its signed checkpoints; report the first break",

@@ -119,6 +119,26 @@ def _fresh_rate_limits() -> None:
     rate_limits_clear()
 
 
+@pytest.fixture(autouse=True)
+def _error_codes_are_published(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail the test during which the API answered an error code that the schema's enum
+    (``config.error_codes``) lacks: every error answer is built by ``config.api.error_body``."""
+    from config import api
+    from config.error_codes import ERROR_CODES
+
+    unpublished: list[str] = []
+    build = api.error_body
+
+    def checked(code: str, message: str, details: dict[str, Any] | None = None) -> Any:
+        if code not in ERROR_CODES:
+            unpublished.append(code)
+        return build(code, message, details)
+
+    monkeypatch.setattr(api, "error_body", checked)
+    yield
+    assert not unpublished, f"error codes missing from config/error_codes.py: {unpublished}"
+
+
 @pytest.fixture(scope="session")
 def celery_worker() -> Iterator[Any]:
     """A real Celery worker (solo pool, in a thread of this process) on the test Redis.

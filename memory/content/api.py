@@ -21,7 +21,6 @@ from rest_framework.response import Response
 
 from config.api import ApiError
 from config.datetimes import client_datetime_parse
-from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
 from memory.content.selectors import (
@@ -121,13 +120,11 @@ def _limit_param(params: Any) -> int:
         summary="Store a content item",
         request=ContentStoreSerializer,
         responses={201: ContentItemSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     clear=extend_schema(
         summary="Clear a run's or an agent's content (reads then answer 404)",
         request=ContentClearSerializer,
         responses={200: OpenApiTypes.OBJECT},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
 )
 class ContentItemViewSet(TenantScopedViewSet):
@@ -208,7 +205,6 @@ class ContentActionResultViewSet(AgentActionViewSet):
         "later ones compacted. Both carry the item id and how to fetch the full content.",
         request=ActionResultSerializer,
         responses={201: ActionResultAnswerSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     )
     def create(self, request: Request) -> Response:
         serializer = ActionResultSerializer(data=request.data)
@@ -261,14 +257,12 @@ class ContentRunViewSet(TenantScopedViewSet):
         summary="Snapshot content items for a sub-agent (a read-only view, nothing copied)",
         request=SnapshotCreateSerializer,
         responses={201: SnapshotSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     retrieve=extend_schema(summary="A snapshot and its items' metadata"),
     restore=extend_schema(
         summary="Attach a snapshot's items to one of the caller's scopes (by reference)",
         request=SnapshotRestoreSerializer,
         responses={200: OpenApiTypes.OBJECT},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
 )
 class ContentSnapshotViewSet(TenantScopedViewSet):

@@ -6,7 +6,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ledger.api import IDEMPOTENCY_PARAMETER
 from memory.context.serializers import ContextRequestSerializer, ContextResultSerializer
 from memory.context.services import context_assemble
 from memory.episodic.api import AgentActionViewSet
@@ -24,7 +23,6 @@ class ContextViewSet(AgentActionViewSet):
         request=ContextRequestSerializer,
         # Answers 200: a read (or an assembly) sent as POST, nothing is created.
         responses={200: ContextResultSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     )
     def create(self, request: Request) -> Response:
         serializer = ContextRequestSerializer(data=request.data)

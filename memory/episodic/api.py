@@ -21,7 +21,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.api import ApiError, CursorPagination
-from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.auth import ApiPrincipal
 from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
@@ -122,7 +121,6 @@ def metadata_filter(raw: str) -> dict[str, Any]:
         summary="Store a memory",
         request=MemoryStoreSerializer,
         responses={201: MemorySerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     batch=extend_schema(
         summary="Store several memories of one agent (all or none)",
@@ -130,7 +128,6 @@ def metadata_filter(raw: str) -> dict[str, Any]:
         responses={
             201: inline_serializer("MemoryBatchResult", {"memories": MemorySerializer(many=True)})
         },
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     partial_update=extend_schema(
         summary="Change a memory's content, type, importance, tags, metadata or expiry",

@@ -17,7 +17,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.api import ApiError
-from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Role
 from ledger.scoping import TenantScopedViewSet
 from memory.knowledge.selectors import knowledge_search
@@ -54,7 +53,6 @@ from memory.models import KnowledgeChunk, KnowledgeDocument
         summary="Write a knowledge-base document (reviewer)",
         request=KnowledgeDocumentCreateSerializer,
         responses={201: KnowledgeDocumentSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     partial_update=extend_schema(
         summary="Change a document (reviewer); a published article is re-chunked",
@@ -66,13 +64,11 @@ from memory.models import KnowledgeChunk, KnowledgeDocument
         summary="Publish a document (reviewer): articles are chunked and embedded for search",
         request=None,
         responses=KnowledgeDocumentSerializer,
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     unpublish=extend_schema(
         summary="Take a document back to draft (reviewer); it leaves search at once",
         request=None,
         responses=KnowledgeDocumentSerializer,
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     chunks=extend_schema(
         summary="The search chunks of a document (none for drafts and skills)",

@@ -6,12 +6,47 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.api import ApiError
 from memory.embeddings.backends import embedding_problem, unit_vector
 from memory.search.legs import SearchFilters
 from memory.search.ranking import SOURCES, SearchWeights
+
+
+# The shapes of ``filters`` and ``weights`` for the schema; ``validate_filters`` and
+# ``validate_weights`` check them, each with its own error code.
+class SearchFiltersSerializer(serializers.Serializer[Any]):
+    """Narrows the agent's own memories; the other sources ignore it."""
+
+    session_id = serializers.CharField(required=False)
+    memory_type = serializers.CharField(required=False)
+    tags = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Memories with all of these."
+    )
+    metadata = serializers.DictField(
+        required=False, help_text="Memories whose metadata contains this object."
+    )
+
+
+class SearchWeightsSerializer(serializers.Serializer[Any]):
+    """Ranking weights, each 0 to 100; an omitted one keeps the deployment's default."""
+
+    similarity = serializers.FloatField(required=False, min_value=0, max_value=100)
+    recency = serializers.FloatField(required=False, min_value=0, max_value=100)
+    importance = serializers.FloatField(required=False, min_value=0, max_value=100)
+    source_priority = serializers.FloatField(required=False, min_value=0, max_value=100)
+
+
+@extend_schema_field(SearchFiltersSerializer)
+class SearchFiltersField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(SearchWeightsSerializer)
+class SearchWeightsField(serializers.JSONField):
+    pass
 
 
 class SearchRequestSerializer(serializers.Serializer[Any]):
@@ -27,12 +62,12 @@ class SearchRequestSerializer(serializers.Serializer[Any]):
     sources = serializers.ListField(
         child=serializers.CharField(), required=False, help_text=f"Subset of {list(SOURCES)}."
     )
-    filters = serializers.JSONField(
+    filters = SearchFiltersField(
         required=False,
         help_text="Over the agent's memories: session_id, memory_type, tags (all of), "
         "metadata (contains).",
     )
-    weights = serializers.JSONField(
+    weights = SearchWeightsField(
         required=False,
         help_text="Override any of similarity, recency, importance, source_priority.",
     )

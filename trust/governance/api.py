@@ -19,7 +19,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.api import ApiError
-from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
 from trust.governance.models import GamingFlag, RubricProposal, RubricVersion
@@ -70,8 +69,8 @@ class DevilsAdvocateViewSet(TenantScopedViewSet):
         description="Candidates above the trust floor and out of probation are eligible (all "
         "of them when none is); the pick, weights and seed are logged to the ledger.",
         request=DevilsAdvocateRequestSerializer,
-        responses=DevilsAdvocatePickSerializer,
-        parameters=[IDEMPOTENCY_PARAMETER],
+        # A pick creates no object of this resource: it answers 200, as documented here.
+        responses={200: DevilsAdvocatePickSerializer},
     )
     def create(self, request: Request) -> Response:
         serializer = DevilsAdvocateRequestSerializer(data=request.data)
@@ -195,7 +194,6 @@ class RubricViewSet(TenantScopedViewSet):
         summary="Make a new rubric version from a full list of criteria (admin)",
         request=RubricVersionCreateSerializer,
         responses={201: RubricVersionSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     )
     def create(self, request: Request) -> Response:
         serializer = RubricVersionCreateSerializer(data=request.data)
@@ -234,7 +232,6 @@ class RubricVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Ten
         "RUBRIC_PROPOSAL_MIN_TRUST (an agent's trust score, or a person's track record).",
         request=RubricProposalCreateSerializer,
         responses={201: RubricProposalSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     accept=extend_schema(
         summary="Accept a pending proposal: a new rubric version (admin)",

@@ -20,7 +20,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.api import CursorPagination
-from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Role
 from ledger.scoping import TenantScopedViewSet
 from memory.episodic.api import agent_for_caller
@@ -77,19 +76,16 @@ EVIDENCE_FILTERS = [
         summary="Create a round or add participants to it",
         request=RoundPostSerializer,
         responses={201: RoundSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     finalize=extend_schema(
         summary="Set the round's final output; regret is inferred for its overrides",
         request=RoundFinalizeSerializer,
         responses=RoundSerializer,
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     versions=extend_schema(
         summary="Post a newer version of the round's output",
         request=RoundVersionSerializer,
         responses={201: ArtifactVersionSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
 )
 class RoundViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
@@ -151,13 +147,11 @@ class RoundViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
         summary="Log a dissent (an agent-scoped key: for its own agent)",
         request=DissentLogSerializer,
         responses={201: DissentSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     impact=extend_schema(
         summary="Set whether the dissent changed the final output (once)",
         request=DissentImpactSerializer,
         responses=DissentSerializer,
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
 )
 class DissentViewSet(OwnEvidenceViewSet):
@@ -191,13 +185,11 @@ class DissentViewSet(OwnEvidenceViewSet):
         summary="Log that a person overrode an agent's output (tenant-wide key)",
         request=OverrideLogSerializer,
         responses={201: OverrideSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     revert=extend_schema(
         summary="Mark an override reverted: regret, at once (reviewer)",
         request=OverrideRevertSerializer,
         responses=OverrideSerializer,
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
 )
 class OverrideViewSet(OwnEvidenceViewSet):

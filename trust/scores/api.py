@@ -21,7 +21,6 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ledger.api import IDEMPOTENCY_PARAMETER
 from ledger.models import Agent, Role
 from ledger.scoping import TenantScopedViewSet
 from trust.interchange import selectors as interchange_selectors
@@ -61,13 +60,11 @@ def _count_of(model: type[Dissent] | type[Override]) -> Coalesce:
         summary="Import one agent's document (admin)",
         request=OpenApiTypes.OBJECT,
         responses={201: TrustAgentSerializer},
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
     recompute=extend_schema(
         summary="Recompute trust scores now (admin)",
         request=TrustRecomputeSerializer,
         responses=inline_serializer("TrustRecomputed", {"changed": serializers.IntegerField()}),
-        parameters=[IDEMPOTENCY_PARAMETER],
     ),
 )
 class TrustViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):

@@ -170,7 +170,7 @@ def memories_delete(memory_id: int) -> Plan[bool]:
     return True
 
 
-def memories_search(**body: Unpack[types.SearchRequestRequest]) -> Plan[types.SearchResult]:
+def memories_search(**body: Unpack[types.SearchRequest]) -> Plan[types.SearchResult]:
     return cast("types.SearchResult", (yield Step("memories_search", kwargs=body)))
 
 

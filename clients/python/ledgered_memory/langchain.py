@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -104,17 +104,17 @@ class AgentMemoryRetriever(BaseRetriever):
         return await self._clients.arun(self._search(query))
 
     def _search(self, query: str) -> Plan[list[Document]]:
-        request: types.SearchRequestRequest = {"query": query, "top_k": self.top_k}
+        request: types.SearchRequest = {"query": query, "top_k": self.top_k}
         if self.agent is not None:
             request["agent"] = self.agent
         if self.sources is not None:
             request["sources"] = self.sources
         if self.filters is not None:
-            request["filters"] = self.filters
+            request["filters"] = cast("types.SearchFiltersRequest", self.filters)
         if self.threshold is not None:
             request["threshold"] = self.threshold
         if self.weights is not None:
-            request["weights"] = self.weights
+            request["weights"] = cast("types.SearchWeightsRequest", self.weights)
         answer = yield from memories_search(**request)
         return [_document(hit) for hit in answer["results"]]
 

@@ -251,7 +251,7 @@ class AgentMemoryStore(BaseStore):
         document["indexed"] = True
         # A filter the service cannot apply whole is finished here, on the best MAX_TOP_K.
         top_k = min(op.offset + op.limit, MAX_TOP_K) if exact else MAX_TOP_K
-        request: types.SearchRequestRequest = {
+        request: types.SearchRequest = {
             "query": op.query or "",
             "top_k": top_k,
             "sources": ["agent_memory"],
@@ -259,7 +259,7 @@ class AgentMemoryStore(BaseStore):
             "threshold": self.search_threshold,
         }
         if self.search_weights is not None:
-            request["weights"] = self.search_weights
+            request["weights"] = cast("types.SearchWeightsRequest", self.search_weights)
         if self.agent is not None:
             request["agent"] = self.agent
         answer = yield from memories_search(**request)

@@ -38,18 +38,18 @@ team trusts this agent's judgement and why."""
 
 # Which API operations each tool calls (docs/client.md's coverage table is generated from this).
 TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
-    "search_memories": ("v1_memories_search_create",),
-    "store_memory": ("v1_memories_create",),
-    "list_memories": ("v1_memories_list",),
-    "update_memory": ("v1_memories_partial_update",),
-    "delete_memory": ("v1_memories_destroy",),
-    "store_content": ("v1_content_items_create",),
-    "retrieve_content": ("v1_content_items_retrieve",),
-    "query_content": ("v1_content_items_list",),
-    "recall": ("v1_recall_create",),
-    "log_dissent": ("v1_dissents_create",),
-    "get_rubric": ("v1_rubric_retrieve",),
-    "get_my_trust": ("v1_trust_list", "v1_trust_retrieve"),
+    "search_memories": ("memories_search",),
+    "store_memory": ("memories_create",),
+    "list_memories": ("memories_list",),
+    "update_memory": ("memories_update",),
+    "delete_memory": ("memories_delete",),
+    "store_content": ("content_items_create",),
+    "retrieve_content": ("content_items_get",),
+    "query_content": ("content_items_list",),
+    "recall": ("recall",),
+    "log_dissent": ("dissents_create",),
+    "get_rubric": ("rubric_get",),
+    "get_my_trust": ("trust_list", "trust_get"),
 }
 
 TransformName = Literal["full", "excerpt", "summary", "first_n", "last_n", "filtered"]

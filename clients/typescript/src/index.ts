@@ -12,7 +12,7 @@
 
 import createClient, { type Client } from "openapi-fetch";
 
-import type { components, paths } from "./schema.js";
+import type { components, operations, paths } from "./schema.js";
 import { DEFAULT_RETRY, resilientFetch, type RetryPolicy } from "./transport.js";
 
 export * from "./errors.js";
@@ -21,6 +21,13 @@ export { DEFAULT_RETRY, IDEMPOTENCY_HEADER, type RetryPolicy } from "./transport
 
 /** Every schema component by name: `Schemas["Memory"]`, `Schemas["MemoryStoreRequest"]`. */
 export type Schemas = components["schemas"];
+
+/** An operation's types by its operationId (the Python client's method name):
+ * `Operation<"memories_search">["requestBody"]`. */
+export type Operation<Id extends keyof operations> = operations[Id];
+
+/** Every `error.code` the service answers with (the schema's `ErrorCode` enum). */
+export type ErrorCode = Schemas["ErrorCode"];
 
 export const DEFAULT_BASE_URL = "http://127.0.0.1:8000";
 

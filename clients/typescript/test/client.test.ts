@@ -13,7 +13,9 @@ import {
   AuthenticationError,
   BadRequestError,
   createMemoryClient,
+  type ErrorCode,
   NotFoundError,
+  type Operation,
   paginate,
   RateLimitedError,
   type Schemas,
@@ -116,6 +118,29 @@ describe("typed errors", () => {
       assert.ok(error instanceof BadRequestError);
       assert.equal(error.code, "empty_content");
       assert.deepEqual(error.details, { index: 1 }); // the second memory is the blank one
+      return true;
+    });
+  });
+
+  it("names operations and error codes as the schema does", async () => {
+    type SearchBody = NonNullable<
+      Operation<"memories_search">["requestBody"]
+    >["content"]["application/json"];
+    // filters and weights are typed objects: a misspelt field would not compile.
+    const body: SearchBody = {
+      agent: "Writer",
+      query: "deploy window",
+      sources: ["agent_memory"],
+      filters: { tags: ["no-such-tag"] },
+      weights: { similarity: 1 },
+    };
+    const found = await unwrap(memory.POST("/api/v1/memories/search/", { body }));
+    assert.deepEqual(found.results, []);
+    const missing = memory.GET("/api/v1/memories/{id}/", { params: { path: { id: 0 } } });
+    await assert.rejects(missing, (error: unknown) => {
+      assert.ok(error instanceof NotFoundError);
+      const expected: ErrorCode = "not_found";
+      assert.equal(error.code, expected);
       return true;
     });
   });

@@ -156,10 +156,7 @@ class KnowledgeOperations(AsyncTransport):
         )
 
     async def kb_search(
-        self,
-        *,
-        idempotency_key: str | None = None,
-        **body: Unpack[types.KnowledgeSearchRequestRequest],
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.KnowledgeSearchRequest]
     ) -> types.KnowledgeSearchResult:
         """Search the published knowledge base.
 

@@ -13,7 +13,7 @@ class MemoriesOperations(AsyncTransport):
     """The memories operations of the API."""
 
     async def context_assemble(
-        self, *, idempotency_key: str | None = None, **body: Unpack[types.ContextRequestRequest]
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.ContextRequest]
     ) -> types.ContextResult:
         """Assemble an agent's working memory within a token budget.
 
@@ -163,7 +163,7 @@ class MemoriesOperations(AsyncTransport):
         )
 
     async def memories_search(
-        self, *, idempotency_key: str | None = None, **body: Unpack[types.SearchRequestRequest]
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.SearchRequest]
     ) -> types.SearchResult:
         """Search the agent's memories, the ledger it may see and the knowledge base.
 
@@ -177,7 +177,7 @@ class MemoriesOperations(AsyncTransport):
         )
 
     async def recall(
-        self, *, idempotency_key: str | None = None, **body: Unpack[types.RecallRequestRequest]
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.RecallRequest]
     ) -> types.RecallResult:
         """Recall what an agent remembers of a run (episodic or salience).
 
@@ -210,7 +210,7 @@ class MemoriesOperations(AsyncTransport):
         )
 
     async def reflections_create(
-        self, *, idempotency_key: str | None = None, **body: Unpack[types.ReflectionRequestRequest]
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.ReflectionRequest]
     ) -> types.ReflectionResult:
         """Append the agent's reflection for a run if one is due.
 

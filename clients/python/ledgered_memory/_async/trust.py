@@ -202,10 +202,7 @@ class TrustOperations(AsyncTransport):
         )
 
     async def trust_devils_advocate(
-        self,
-        *,
-        idempotency_key: str | None = None,
-        **body: Unpack[types.DevilsAdvocateRequestRequest],
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.DevilsAdvocateRequest]
     ) -> types.DevilsAdvocatePick:
         """Pick the Devil's Advocate among candidate agents, weighted by trust.
 

@@ -192,10 +192,7 @@ class TrustOperations(SyncTransport):
         return cast("dict[str, Any]", self.request(Call("GET", f"/trust/{segment(id)}/export/")))
 
     def trust_devils_advocate(
-        self,
-        *,
-        idempotency_key: str | None = None,
-        **body: Unpack[types.DevilsAdvocateRequestRequest],
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.DevilsAdvocateRequest]
     ) -> types.DevilsAdvocatePick:
         """Pick the Devil's Advocate among candidate agents, weighted by trust.
 

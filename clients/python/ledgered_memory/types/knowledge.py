@@ -50,7 +50,7 @@ class KnowledgeHit(TypedDict):
     score: float
 
 
-class KnowledgeSearchRequestRequest(TypedDict):
+class KnowledgeSearchRequest(TypedDict):
     query: str
     top_k: NotRequired[int]
 

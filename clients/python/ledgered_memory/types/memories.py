@@ -22,7 +22,7 @@ class ContextMemory(TypedDict):
     score: float
 
 
-class ContextRequestRequest(TypedDict):
+class ContextRequest(TypedDict):
     agent: NotRequired[str]
     token_budget: int
     system_prompt: NotRequired[str]
@@ -164,7 +164,7 @@ class RecallItem(TypedDict):
     importance: float | None
 
 
-class RecallRequestRequest(TypedDict):
+class RecallRequest(TypedDict):
     agent: NotRequired[str]
     run_id: str
     mode: NotRequired[ModeEnum]
@@ -199,7 +199,7 @@ class RecallSettings(TypedDict):
     reflection_threshold: int
 
 
-class ReflectionRequestRequest(TypedDict):
+class ReflectionRequest(TypedDict):
     agent: NotRequired[str]
     run_id: str
     force: NotRequired[bool]
@@ -213,6 +213,15 @@ class ReflectionResult(TypedDict):
     event: dict[str, Any] | None
 
 
+class SearchFiltersRequest(TypedDict):
+    """Narrows the agent's own memories; the other sources ignore it."""
+
+    session_id: NotRequired[str]
+    memory_type: NotRequired[str]
+    tags: NotRequired[list[str]]
+    metadata: NotRequired[dict[str, Any]]
+
+
 class SearchHit(TypedDict):
     source: SourceEnum
     id: int
@@ -223,15 +232,15 @@ class SearchHit(TypedDict):
     details: dict[str, Any]
 
 
-class SearchRequestRequest(TypedDict):
+class SearchRequest(TypedDict):
     """A search: every value is checked here, with a code of its own, before anything runs."""
 
     agent: NotRequired[str]
     query: str
     top_k: NotRequired[int]
     sources: NotRequired[list[str]]
-    filters: NotRequired[Any]
-    weights: NotRequired[Any]
+    filters: NotRequired[SearchFiltersRequest]
+    weights: NotRequired[SearchWeightsRequest]
     threshold: NotRequired[float | None]
     embedding: NotRequired[list[float]]
 
@@ -241,3 +250,12 @@ class SearchResult(TypedDict):
     semantic: bool
     took_ms: float
     candidates: int
+
+
+class SearchWeightsRequest(TypedDict):
+    """Ranking weights, each 0 to 100; an omitted one keeps the deployment's default."""
+
+    similarity: NotRequired[float]
+    recency: NotRequired[float]
+    importance: NotRequired[float]
+    source_priority: NotRequired[float]

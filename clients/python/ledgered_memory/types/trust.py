@@ -21,7 +21,7 @@ class DevilsAdvocatePick(TypedDict):
     event_seq: int
 
 
-class DevilsAdvocateRequestRequest(TypedDict):
+class DevilsAdvocateRequest(TypedDict):
     candidates: list[str]
     seed: NotRequired[int | None]
 
