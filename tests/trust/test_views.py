@@ -363,6 +363,48 @@ def test_marking_an_override_twice_shows_the_conflict_and_changes_nothing(login,
     assert Event.objects.count() == events
 
 
+def test_a_revert_note_is_escaped_in_the_row_and_on_the_agent_page(login, waiting_override, agent):
+    client = login(username="ada")
+
+    row = client.post(f"/trust/overrides/{waiting_override.pk}/revert", {"note": SCRIPT}, **HTMX)
+    page = client.get(f"/trust/agents/{agent.pk}/")
+
+    for response in (row, page):
+        assertNotContains(response, SCRIPT)
+        assertContains(response, "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;")
+    event = Event.objects.get(kind="override.reverted")
+    assert event.payload["note"] == SCRIPT
+
+
+def test_a_reviewer_withdraws_a_revert_and_the_row_is_open_again(login, waiting_override, agent):
+    agent.refresh_from_db()
+    before = agent.trust_score
+    client = login(username="ada")
+    client.post(f"/trust/overrides/{waiting_override.pk}/revert", {"note": "x"}, **HTMX)
+
+    response = client.post(f"/trust/overrides/{waiting_override.pk}/revert/withdraw", **HTMX)
+
+    assertContains(response, "Mark reverted (regret)")
+    assertNotContains(response, "Regretted")
+    waiting_override.refresh_from_db()
+    assert (waiting_override.regret, waiting_override.reverted_at) == (False, None)
+    assert Event.objects.get(kind="override.revert_withdrawn").actor == "human:ada"
+    agent.refresh_from_db()
+    assert agent.trust_score == before
+
+
+def test_withdrawing_an_open_override_shows_the_conflict_and_changes_nothing(
+    login, waiting_override
+):
+    client = login()
+    events = Event.objects.count()
+
+    response = client.post(f"/trust/overrides/{waiting_override.pk}/revert/withdraw", **HTMX)
+
+    assertContains(response, "not reverted")
+    assert Event.objects.count() == events
+
+
 def test_a_reviewer_confirms_an_override_as_a_ledger_event_in_their_name(login, waiting_override):
     client = login(username="grace")
 

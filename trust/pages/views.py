@@ -30,7 +30,12 @@ from trust.governance import selectors as governance_selectors
 from trust.governance import services as governance
 from trust.governance.models import GamingFlag, RubricProposal
 from trust.interchange import selectors as interchange
-from trust.pages.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
+from trust.pages.forms import (
+    FlagReviewForm,
+    OverrideNoteForm,
+    OverviewFilterForm,
+    ProposalDecisionForm,
+)
 from trust.rounds import overrides
 from trust.rounds import selectors as round_selectors
 from trust.rounds.models import Override
@@ -297,10 +302,31 @@ def _decision(form: forms.Form, invalid: str, act: Callable[[dict[str, Any]], ob
 def override_revert(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     override = _override_of(request, pk)
     actor = _actor(request)
-    error = _attempt(
-        lambda: overrides.override_revert(override=override, reverted_by=actor, actor=actor)
+    error = _decision(
+        OverrideNoteForm(request.POST),
+        NOTE_INVALID,
+        lambda data: overrides.override_revert(
+            override=override, reverted_by=actor, note=data["note"], actor=actor
+        ),
     )
     return _override_answer(request, override, error)
+
+
+@require_POST
+@role_required(Role.REVIEWER)
+def override_revert_withdraw(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    override = _override_of(request, pk)
+    error = _decision(
+        OverrideNoteForm(request.POST),
+        NOTE_INVALID,
+        lambda data: overrides.override_revert_withdraw(
+            override=override, note=data["note"], actor=_actor(request)
+        ),
+    )
+    return _override_answer(request, override, error)
+
+
+NOTE_INVALID = "A note has at most 2,000 characters."
 
 
 @require_POST

@@ -99,6 +99,11 @@ OPERATIONS: dict[str, tuple[str, str, str]] = {
     "v1_overrides_create": ("POST", "/api/v1/overrides/", "overrides_create"),
     "v1_overrides_retrieve": ("GET", "/api/v1/overrides/{id}/", "overrides_get"),
     "v1_overrides_revert_create": ("POST", "/api/v1/overrides/{id}/revert/", "overrides_revert"),
+    "v1_overrides_revert_withdraw_create": (
+        "POST",
+        "/api/v1/overrides/{id}/revert/withdraw/",
+        "overrides_revert_withdraw_create",
+    ),
     "v1_recall_create": ("POST", "/api/v1/recall/", "recall"),
     "v1_recall_settings_retrieve": ("GET", "/api/v1/recall-settings/", "recall_settings_get"),
     "v1_recall_settings_partial_update": (

@@ -44,6 +44,7 @@ class Override(TypedDict):
     reverted_by: NotRequired[str]
     reverted_at: NotRequired[str | None]
     revert_reason: NotRequired[RevertReasonEnum | BlankEnum]
+    revert_note: NotRequired[str]
 
 
 class Error(TypedDict):
