@@ -36,6 +36,7 @@ from trust.pages.forms import (
     OverviewFilterForm,
     ProposalDecisionForm,
 )
+from trust.pages.words import score_change_words
 from trust.rounds import overrides
 from trust.rounds import selectors as round_selectors
 from trust.rounds.models import Override
@@ -191,7 +192,16 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "reasons": [point.reason for point in chart],
             "changes": [None if p.change is None else round(p.change, 4) for p in chart],
         },
-        changes=list(reversed(chart[-15:])),
+        changes=[
+            {
+                "at": point.at,
+                "score": point.score,
+                "change": point.change,
+                "reason": point.reason,
+                "words": score_change_words(point),
+            }
+            for point in reversed(chart[-15:])
+        ],
         diversity=score_selectors.citation_diversity(agent=agent),
         stats=score_selectors.long_term_stats(agent=agent, now=now),
         flags=governance_selectors.agent_gaming_flags(agent=agent),
@@ -217,13 +227,27 @@ def agent_export(request: HtmxHttpRequest, pk: int) -> JsonResponse:
 
 
 def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[list[dict[str, Any]]]:
-    """Each group of overrides as rows with their confirmations (one query for all groups)."""
+    """Each group of overrides as rows with their confirmations and, for the open ones, what
+    marking them regretted would do to the agent's trust (one query each for all groups)."""
+    tenant = tenant_membership(request).tenant
     confirmed = round_selectors.override_confirmations(
-        tenant=tenant_membership(request).tenant,
-        override_ids=[o.pk for group in groups for o in group],
+        tenant=tenant, override_ids=[o.pk for group in groups for o in group]
+    )
+    previews = score_selectors.trust_if_regretted(
+        tenant=tenant,
+        overrides=[
+            (o.pk, o.agent_id, o.occurred_at)
+            for group in groups
+            for o in group
+            if o.reverted_at is None
+        ],
     )
     return [
-        [{"override": o, "confirmation": confirmed.get(o.pk)} for o in group] for group in groups
+        [
+            {"override": o, "confirmation": confirmed.get(o.pk), "preview": previews.get(o.pk)}
+            for o in group
+        ]
+        for group in groups
     ]
 
 

@@ -84,7 +84,13 @@ def override_log(
             payload=override_logged_payload(override),
         )
         trust_recompute(
-            tenant=agent.tenant, agent_ids=[agent.pk], reason="override_logged", now=moment
+            tenant=agent.tenant,
+            agent_ids=[agent.pk],
+            reason="override_logged",
+            now=moment,
+            causes={
+                agent.pk: {"override_ids": [override.pk], "by": decided_by, "round_id": round_id}
+            },
         )
     return override
 
@@ -150,6 +156,14 @@ def override_revert_withdraw(
             agent_ids=[override.agent_id],
             reason="override_revert_withdrawn",
             now=moment,
+            causes={
+                override.agent_id: {
+                    "override_ids": [override.pk],
+                    "by": actor,
+                    "round_id": override.round_id,
+                    "note": note,
+                }
+            },
             preceded_by=[
                 EventDraft(
                     kind=OVERRIDE_REVERT_WITHDRAWN,
@@ -198,6 +212,9 @@ def override_confirm(*, override: Override, actor: str, now: datetime | None = N
                 "at": moment.isoformat(),
             },
         )
+
+
+CAUSE_IDS_MAX = 20
 
 
 def overrides_mark_reverted(
@@ -259,6 +276,9 @@ def _after_revert(
     if not rows:
         return []
     ids = sorted(int(row.id) for row in rows)
+    per_agent: dict[int, list[int]] = {}
+    for row in rows:
+        per_agent.setdefault(int(row.agent_id), []).append(int(row.id))
     event_append(
         tenant=tenant,
         kind="override.reverted",
@@ -274,9 +294,21 @@ def _after_revert(
     )
     trust_recompute(
         tenant=tenant,
-        agent_ids=sorted({int(row.agent_id) for row in rows}),
+        agent_ids=sorted(per_agent),
         reason="override_regret",
         now=now,
+        causes={
+            agent_id: {
+                # An inference batch can regret thousands of one agent's overrides: the first
+                # few name them, the count says how many.
+                "override_ids": sorted(override_ids)[:CAUSE_IDS_MAX],
+                "count": len(override_ids),
+                "by": reverted_by,
+                "revert_reason": reason,
+                "note": note,
+            }
+            for agent_id, override_ids in per_agent.items()
+        },
     )
     return ids
 

@@ -80,7 +80,7 @@ _SNAPSHOT_QUERIES = {
         "id",
     ),
     "score_changes": (
-        "SELECT id, agent_id, at, score, reason, components"
+        "SELECT id, agent_id, at, score, reason, components, cause"
         " FROM trust_trustscorechange WHERE tenant_id = %s",
         "id",
     ),
@@ -411,6 +411,8 @@ class TrustProjection:
                 score=p["score"],
                 reason=p["reason"],
                 components=p["components"],
+                # Changes recorded before causes were kept have none.
+                cause=p.get("cause", {}),
             )
         )
         self._scores[agent_id] = float(p["score"])
