@@ -43,6 +43,7 @@ class Page:
             "trust:agent_export": "/trust/agents/{pk}/export.json",
             "trust:review_queue": "/trust/review/",
             "trust:override_revert": "/trust/overrides/{pk}/revert",
+            "trust:override_revert_withdraw": "/trust/overrides/{pk}/revert/withdraw",
             "trust:override_confirm": "/trust/overrides/{pk}/confirm",
             "trust:flag_review": "/trust/flags/{pk}/review",
             "trust:proposal_decide": "/trust/proposals/{pk}/decide",
@@ -67,6 +68,7 @@ PAGES = (
     Page("trust:agent_export", victim="agent"),
     Page("trust:review_queue"),
     Page("trust:override_revert", "post", victim="override"),
+    Page("trust:override_revert_withdraw", "post", victim="override"),
     Page("trust:override_confirm", "post", victim="override"),
     Page("trust:flag_review", "post", victim="flag", data=(("decision", "dismissed"),)),
     Page(

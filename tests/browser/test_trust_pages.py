@@ -222,3 +222,41 @@ def test_back_after_a_sort_restores_the_whole_overview_when_htmx_history_misses(
     assert page.locator("form.filters").count() == 1
     assert page.locator("#agent-table table").count() == 1
     assert page.locator("#sort-field").count() == 1
+
+
+@pytest.mark.parametrize("width", [1366, 390], ids=["1366", "390"])
+def test_a_reviewer_regrets_with_a_reason_then_withdraws_it(page_as, critic, screenshot, width):
+    waiting = Override.objects.get(agent=critic, round_id="round-7")
+    page = page_as(Role.REVIEWER, username="ada")
+    page.set_viewport_size({"width": width, "height": 844})
+    page.goto("/trust/review/")
+    row = page.locator(f"#override-{waiting.pk}")
+    preview = row.locator(".regret-preview").inner_text()
+    assert f"Trust {critic.trust_score:.3f}; if regretted" in preview
+
+    row.get_by_label(f"Why override {waiting.pk} is regretted").fill(SCRIPT_TEXT)
+    row.get_by_role("button", name="Mark reverted (regret)").click()
+    page.wait_for_selector(f"#override-{waiting.pk}.review-row--regretted")
+    regretted = Override.objects.get(pk=waiting.pk)
+    assert regretted.revert_note == SCRIPT_TEXT
+    assert SCRIPT_TEXT in page.locator(f"#override-{waiting.pk}").inner_text()
+    screenshot(f"trust-review-queue-regret-with-reason-{width}")
+
+    page.goto(f"/trust/agents/{critic.pk}/")
+    latest = page.locator("#trust-changes tbody tr").first.inner_text()
+    assert f"Override #{waiting.pk} marked regretted by human:ada" in latest
+    assert SCRIPT_TEXT in latest  # shown as text, never run
+    assert page.evaluate("() => window.__pwned") is None
+    screenshot(f"trust-agent-regret-reason-{width}")
+
+    page.goto("/trust/review/")
+    page.locator(f"#override-{waiting.pk}").get_by_role("button", name="Withdraw revert").click()
+    page.wait_for_selector(f"#override-{waiting.pk}:not(.review-row--regretted) .regret-preview")
+    assert Override.objects.get(pk=waiting.pk).reverted_at is None
+
+    page.goto(f"/trust/agents/{critic.pk}/")
+    latest = page.locator("#trust-changes tbody tr").first.inner_text()
+    assert f"Revert of Override #{waiting.pk} withdrawn by human:ada" in latest
+    page.locator(f"#trust-changes a[href='#override-history-{waiting.pk}']").first.click()
+    assert page.url.endswith(f"#override-history-{waiting.pk}")
+    screenshot(f"trust-agent-revert-withdrawn-{width}")

@@ -56,6 +56,7 @@ TENANT_WIDE = {
     "post /api/v1/dissents/{id}/impact/",
     "post /api/v1/overrides/",
     "post /api/v1/overrides/{id}/revert/",
+    "post /api/v1/overrides/{id}/revert/withdraw/",
     "post /api/v1/trust/import/",
     "post /api/v1/trust/recompute/",
     "post /api/v1/trust/devils-advocate/",

@@ -31,6 +31,9 @@ TRUST_CORE_ENDPOINTS: list[Endpoint] = [
     Endpoint("post", "/api/v1/overrides/", Role.AGENT, OVERRIDE),
     Endpoint("get", "/api/v1/overrides/{id}/", Role.AGENT, target="override"),
     Endpoint("post", "/api/v1/overrides/{id}/revert/", Role.REVIEWER, {}, target="override"),
+    Endpoint(
+        "post", "/api/v1/overrides/{id}/revert/withdraw/", Role.REVIEWER, {}, target="override"
+    ),
     Endpoint("get", "/api/v1/trust/", Role.AGENT),
     Endpoint("get", "/api/v1/trust/{id}/", Role.AGENT, target="agent"),
     Endpoint("get", "/api/v1/trust/{id}/export/", Role.AGENT, target="agent"),

@@ -7,7 +7,7 @@ import pytest
 from ledger.models import Event, Role
 from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import Dissent, Override, Round
-from trust.rounds.overrides import override_log
+from trust.rounds.overrides import override_log, override_revert
 from trust.rounds.services import dissent_log
 
 pytestmark = pytest.mark.django_db
@@ -200,6 +200,47 @@ def test_an_override_is_logged_and_reverted_by_a_reviewer(tenant, creator, orche
     )
     assert error(twice) == (409, "override_already_reverted")
     assert Override.objects.get().reverted_by == "carol"
+
+
+def test_a_reviewer_reverts_with_a_note_and_withdraws_it(tenant, creator, orchestrator, api_as):
+    logged = orchestrator.post(
+        "/api/v1/overrides/",
+        {"agent": "Creator1", "agent_output": "a", "human_decision": "b", "decided_by": "alice"},
+        format="json",
+    ).json()
+    reviewer = api_as(tenant, role=Role.REVIEWER)
+    url = f"/api/v1/overrides/{logged['id']}/revert/"
+
+    too_long = reviewer.post(url, {"note": "x" * 2001}, format="json")
+    early = reviewer.post(url + "withdraw/", {}, format="json")
+    reverted = reviewer.post(url, {"note": "wrong customer"}, format="json")
+    withdrawn = reviewer.post(url + "withdraw/", {"note": "misclick"}, format="json")
+    twice = reviewer.post(url + "withdraw/", {}, format="json")
+
+    assert error(too_long) == (400, "note_too_long")
+    assert error(early) == (409, "override_not_reverted")
+    assert (reverted.status_code, reverted.json()["revert_note"]) == (200, "wrong customer")
+    assert withdrawn.status_code == 200
+    assert {k: withdrawn.json()[k] for k in ("regret", "reverted_at", "revert_note")} == {
+        "regret": False,
+        "reverted_at": None,
+        "revert_note": "",
+    }
+    assert error(twice) == (409, "override_not_reverted")
+    assert Event.objects.filter(kind="override.revert_withdrawn").count() == 1
+
+
+def test_an_agent_key_cannot_withdraw_a_revert(tenant, creator, api_as):
+    override = override_log(
+        agent=creator, agent_output="a", human_decision="b", decided_by="x", actor="o"
+    )
+    override_revert(override=override, reverted_by="x", actor="o")
+    client = api_as(tenant, role=Role.REVIEWER, agent=creator)
+
+    refused = client.post(f"/api/v1/overrides/{override.pk}/revert/withdraw/", {}, format="json")
+
+    assert error(refused) == (403, "agent_scoped_key")
+    assert Override.objects.get().regret
 
 
 def test_an_agent_key_reads_only_its_own_evidence(

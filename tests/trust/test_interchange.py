@@ -63,7 +63,9 @@ def creator(tenant, make_agent, clock, dissent_embedder):
             now=clock + timedelta(minutes=n),
         )
         if n == 0:
-            override_revert(override=override, reverted_by="alice", actor="o", now=clock)
+            override_revert(
+                override=override, reverted_by="alice", note="wrong <call>", actor="o", now=clock
+            )
         if n == 1:
             round_finalize(round=round_, final_output="other", actor="o", now=clock)
     overrides_infer_regret(tenant=tenant, now=clock + timedelta(days=2))
@@ -110,6 +112,7 @@ NOT_CARRIED = {
         "created_at": "when the row was written here: the import",
     },
     TrustScoreChange: {
+        "cause": "names the exporting tenant's override and dissent ids",
         "id": "the importing tenant's own",
         "tenant": "the importing tenant's own",
         "agent": "the imported agent",

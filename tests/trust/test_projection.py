@@ -12,7 +12,12 @@ from ledger.models import Agent
 from ledger.projections import projection_rebuild, registered_projections
 from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.models import Dissent, DissentEmbedding, Override, Round, TrustScoreChange
-from trust.rounds.overrides import override_log, override_revert, overrides_infer_regret
+from trust.rounds.overrides import (
+    override_log,
+    override_revert,
+    override_revert_withdraw,
+    overrides_infer_regret,
+)
 from trust.rounds.projection import TrustProjection
 from trust.rounds.services import (
     dissent_log,
@@ -72,7 +77,12 @@ def history(tenant, make_agent, clock, dissent_embedder):
             now=clock,
         )
         if n == 0:
-            override_revert(override=override, reverted_by="alice", actor="o", now=clock)
+            override_revert(
+                override=override, reverted_by="alice", note="<b>wrong</b>", actor="o", now=clock
+            )
+        if n == 3:  # a mistaken regret, taken back: the override stays open
+            override_revert(override=override, reverted_by="bob", note="oops", actor="o", now=clock)
+            override_revert_withdraw(override=override, note="misclick", actor="bob", now=clock)
         round_finalize(
             round=round_,
             final_output=f"final {n}" if n < 3 else f"decision {n}",
@@ -108,6 +118,9 @@ def test_a_rebuild_gives_the_same_rows_and_scores(history):
     assert unchanged
     assert rows(history) == before
     assert Override.objects.filter(regret=True).count() == 4  # marked, inferred twice, undone
+    assert Override.objects.get(revert_note="<b>wrong</b>").regret
+    assert not Override.objects.get(round_id="run/round_3").reverted_at
+    assert TrustScoreChange.objects.filter(reason="override_revert_withdrawn").count() == 1
     assert DissentEmbedding.objects.count() == embeddings == 6
 
 
@@ -134,6 +147,26 @@ def test_rows_created_after_a_rebuild_get_fresh_ids(history, clock):
     )
 
     assert override.pk > max(Override.objects.exclude(pk=override.pk).values_list("pk", flat=True))
+
+
+def test_the_check_command_passes_after_a_withdrawn_revert(history):
+    out = StringIO()
+
+    call_command("rebuild_projections", "--projection", "trust", "--check", stdout=out)
+
+    assert "DIFFERED" not in out.getvalue()
+
+
+def test_a_rebuild_repairs_a_withdrawn_revert_drifted_back(history):
+    Override.objects.filter(round_id="run/round_3").update(
+        regret=True, reverted_by="bob", revert_reason="marked", revert_note="oops"
+    )
+
+    unchanged = projection_rebuild(projection=trust_projection(), tenant=history)
+
+    assert not unchanged
+    withdrawn = Override.objects.get(round_id="run/round_3")
+    assert (withdrawn.regret, withdrawn.reverted_by, withdrawn.revert_note) == (False, "", "")
 
 
 def test_the_check_command_reports_drift_and_writes_nothing(history):

@@ -20,7 +20,12 @@ from trust.models import (
     Round,
     TrustScoreChange,
 )
-from trust.rounds.overrides import override_log, override_revert, overrides_infer_regret
+from trust.rounds.overrides import (
+    override_log,
+    override_revert,
+    override_revert_withdraw,
+    overrides_infer_regret,
+)
 from trust.rounds.services import (
     dissent_embeddings_backfill,
     dissent_log,
@@ -388,6 +393,96 @@ def test_reverting_a_reverted_override_is_refused(agent, clock):
     assert trust_rows() == before
     override.refresh_from_db()
     assert override.reverted_by == "alice"
+
+
+def test_a_revert_keeps_its_note_on_the_row_and_in_the_event(agent, clock):
+    override = override_log(
+        agent=agent, agent_output="a", human_decision="b", decided_by="alice", actor="o", now=clock
+    )
+
+    override_revert(
+        override=override, reverted_by="bob", note="  the customer asked for b  ", actor="o"
+    )
+
+    override.refresh_from_db()
+    event = Event.objects.filter(kind="override.reverted").get()
+    assert override.revert_note == "the customer asked for b"
+    assert event.payload["note"] == "the customer asked for b"
+    assert event.payload["override_ids"] == [override.pk]
+
+
+def test_a_note_over_the_limit_is_refused_and_nothing_is_written(agent, clock):
+    override = override_log(
+        agent=agent, agent_output="a", human_decision="b", decided_by="alice", actor="o", now=clock
+    )
+    before = trust_rows()
+
+    with pytest.raises(ApiError) as refused:
+        override_revert(override=override, reverted_by="bob", note="x" * 2001, actor="o")
+
+    assert (refused.value.status_code, refused.value.error_code) == (400, "note_too_long")
+    assert trust_rows() == before
+
+
+def test_withdrawing_a_revert_reopens_the_override_and_restores_the_score(agent, clock):
+    override = override_log(
+        agent=agent, agent_output="a", human_decision="b", decided_by="alice", actor="o", now=clock
+    )
+    agent.refresh_from_db()
+    before_regret = agent.trust_score
+    override_revert(override=override, reverted_by="bob", note="misread", actor="o", now=clock)
+    agent.refresh_from_db()
+    after_regret = agent.trust_score
+
+    withdrawn = override_revert_withdraw(
+        override=override, note="misclick", actor="bob", now=clock + timedelta(minutes=1)
+    )
+
+    agent.refresh_from_db()
+    assert after_regret < before_regret
+    assert agent.trust_score == before_regret
+    assert (withdrawn.regret, withdrawn.reverted_at, withdrawn.revert_note) == (False, None, "")
+    event = Event.objects.filter(kind="override.revert_withdrawn").get()
+    assert event.actor == "bob"
+    assert event.payload == {
+        "override_id": override.pk,
+        "agent_id": agent.pk,
+        "withdrawn_by": "bob",
+        "was_reverted_by": "bob",
+        "was_reason": "marked",
+        "note": "misclick",
+        "at": (clock + timedelta(minutes=1)).isoformat(),
+    }
+    change = TrustScoreChange.objects.filter(agent=agent).order_by("-id").first()
+    assert (change.reason, change.score) == ("override_revert_withdrawn", before_regret)
+    # The change's event follows the withdrawal's in the chain: one append, one transaction.
+    kinds = list(Event.objects.order_by("-seq").values_list("kind", flat=True)[:2])
+    assert kinds == ["trust.score_changed", "override.revert_withdrawn"]
+
+
+def test_withdrawing_what_is_not_reverted_is_refused(agent, clock):
+    override = override_log(
+        agent=agent, agent_output="a", human_decision="b", decided_by="alice", actor="o", now=clock
+    )
+    before = trust_rows()
+
+    with pytest.raises(ApiError) as refused:
+        override_revert_withdraw(override=override, actor="bob", now=clock)
+
+    assert (refused.value.status_code, refused.value.error_code) == (409, "override_not_reverted")
+    assert trust_rows() == before
+
+
+def test_a_withdrawn_override_can_be_reverted_again(agent, clock):
+    override = override_log(
+        agent=agent, agent_output="a", human_decision="b", decided_by="alice", actor="o", now=clock
+    )
+    override_revert(override=override, reverted_by="bob", actor="o", now=clock)
+    override_revert_withdraw(override=override, actor="bob", now=clock)
+
+    again = override_revert(override=override, reverted_by="carol", note="now sure", actor="o")
+
+    assert (again.regret, again.reverted_by, again.revert_note) == (True, "carol", "now sure")
 
 
 # --- Regret inference ----------------------------------------------------------------------------

@@ -366,6 +366,88 @@ def test_marking_an_override_twice_shows_the_conflict_and_changes_nothing(login,
     assert Event.objects.count() == events
 
 
+def test_a_revert_note_is_escaped_in_the_row_and_on_the_agent_page(login, waiting_override, agent):
+    client = login(username="ada")
+
+    row = client.post(f"/trust/overrides/{waiting_override.pk}/revert", {"note": SCRIPT}, **HTMX)
+    page = client.get(f"/trust/agents/{agent.pk}/")
+
+    for response in (row, page):
+        assertNotContains(response, SCRIPT)
+        assertContains(response, "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;")
+    event = Event.objects.get(kind="override.reverted")
+    assert event.payload["note"] == SCRIPT
+
+
+def test_a_reviewer_withdraws_a_revert_and_the_row_is_open_again(login, waiting_override, agent):
+    agent.refresh_from_db()
+    before = agent.trust_score
+    client = login(username="ada")
+    client.post(f"/trust/overrides/{waiting_override.pk}/revert", {"note": "x"}, **HTMX)
+
+    response = client.post(f"/trust/overrides/{waiting_override.pk}/revert/withdraw", **HTMX)
+
+    assertContains(response, "Mark reverted (regret)")
+    assertNotContains(response, "Regretted")
+    waiting_override.refresh_from_db()
+    assert (waiting_override.regret, waiting_override.reverted_at) == (False, None)
+    assert Event.objects.get(kind="override.revert_withdrawn").actor == "human:ada"
+    agent.refresh_from_db()
+    assert agent.trust_score == before
+
+
+def test_withdrawing_an_open_override_shows_the_conflict_and_changes_nothing(
+    login, waiting_override
+):
+    client = login()
+    events = Event.objects.count()
+
+    response = client.post(f"/trust/overrides/{waiting_override.pk}/revert/withdraw", **HTMX)
+
+    assertContains(response, "not reverted")
+    assert Event.objects.count() == events
+
+
+def test_the_queue_says_what_marking_regret_would_make_the_trust(login, waiting_override, agent):
+    client = login(username="ada")
+    page = client.get("/trust/review/")
+    (row,) = page.context["waiting_rows"]
+    preview = row["preview"]
+    agent.refresh_from_db()
+
+    client.post(f"/trust/overrides/{waiting_override.pk}/revert", **HTMX)
+
+    regretted = agent.trust_score
+    agent.refresh_from_db()
+    assert (preview.current, preview.if_regretted) == (regretted, agent.trust_score)
+    assert preview.if_regretted < preview.current
+    assertContains(page, f'if regretted <span class="num down">{preview.if_regretted:.3f}</span>')
+
+
+def test_the_agent_page_tells_each_score_change_in_words_with_its_links(
+    login, waiting_override, agent
+):
+    client = login(username="ada")
+    agent.refresh_from_db()
+    logged = agent.trust_score
+    client.post(f"/trust/overrides/{waiting_override.pk}/revert", {"note": "wrong call"}, **HTMX)
+    agent.refresh_from_db()
+    regretted = agent.trust_score
+    client.post(f"/trust/overrides/{waiting_override.pk}/revert/withdraw", **HTMX)
+
+    page = client.get(f"/trust/agents/{agent.pk}/")
+
+    html = page.content.decode()
+    link = f'<a href="#override-history-{waiting_override.pk}">Override #{waiting_override.pk}</a>'
+    actor = '<a href="/ledger/?actor=human%3Aada">human:ada</a>'
+    assert f"{link} marked regretted by {actor}: {logged:.2f} → {regretted:.2f}" in html
+    round_ = ' in round <span class="mono">r1</span>'
+    assert f"Revert of {link} withdrawn by {actor}{round_}: {regretted:.2f} → {logged:.2f}" in html
+    assert f"{link} logged, decided by" in html
+    assertContains(page, "wrong call")
+    assertContains(page, f'id="override-history-{waiting_override.pk}"')
+
+
 def test_a_reviewer_confirms_an_override_as_a_ledger_event_in_their_name(login, waiting_override):
     client = login(username="grace")
 

@@ -58,6 +58,7 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
                 "reverted_by": o.reverted_by or None,
                 "reverted_at": _stamp(o.reverted_at),
                 "revert_reason": o.revert_reason or None,
+                "revert_note": o.revert_note or None,
             }
             for o in overrides
         ],

@@ -36,7 +36,7 @@ from ledger.services import (
 )
 from trust.rounds.models import Dissent, DissentEmbedding, Override
 from trust.rounds.overrides import override_logged_payload
-from trust.rounds.policies import TEXT_MAX_CHARS
+from trust.rounds.policies import NOTE_MAX_CHARS, TEXT_MAX_CHARS
 from trust.rounds.services import EMBEDDING_BATCH, dissent_logged_payload, embed_or_none
 from trust.scores.models import TrustScoreChange
 from trust.scores.scoring import MAX_DEPTH, MAX_NOVELTY, PRIOR, Depth, dissent_depth, text_hash
@@ -240,6 +240,7 @@ def _override_row(item: _Reader, agent: Agent, now: datetime) -> Override:
         # A document without the time of the revert: the import is when we learnt of it.
         reverted_at=(reverted_at or now) if reverted else None,
         revert_reason=reason if reverted else "",
+        revert_note=item.text("revert_note", default="", limit=NOTE_MAX_CHARS) if reverted else "",
     )
 
 
@@ -421,10 +422,10 @@ def _write_rows(
         for o in overrides
     ]
     # One event per way of being reverted, as the services log a batch of reverts.
-    reverted: dict[tuple[str, bool, str, datetime], list[int]] = {}
+    reverted: dict[tuple[str, bool, str, datetime, str], list[int]] = {}
     for o in overrides:
         if o.reverted_at is not None:
-            way = (o.reverted_by, o.regret, o.revert_reason, o.reverted_at)
+            way = (o.reverted_by, o.regret, o.revert_reason, o.reverted_at, o.revert_note)
             reverted.setdefault(way, []).append(o.pk)
     drafts += [
         EventDraft(
@@ -434,11 +435,12 @@ def _write_rows(
                 "override_ids": ids,
                 "reverted_by": by,
                 "reason": reason,
+                "note": note,
                 "regret": regret,
                 "at": at.isoformat(),
             },
         )
-        for (by, regret, reason, at), ids in reverted.items()
+        for (by, regret, reason, at, note), ids in reverted.items()
     ]
     previous: float | None = None
     for change in history:

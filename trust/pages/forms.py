@@ -5,10 +5,10 @@ from __future__ import annotations
 from django import forms
 
 from trust.governance.models import GamingFlag
+from trust.rounds.policies import NOTE_MAX_CHARS
 from trust.scores.selectors import OVERVIEW_SORTS
 
 YES_NO_ANY = [("", "Any"), ("yes", "Yes"), ("no", "No")]
-NOTE_MAX_CHARS = 2000
 
 
 class OverviewFilterForm(forms.Form):
@@ -46,3 +46,9 @@ class FlagReviewForm(forms.Form):
 class ProposalDecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[("accept", "Accept"), ("reject", "Reject")])
     note = forms.CharField(label="Note", required=False, max_length=NOTE_MAX_CHARS)
+
+
+class OverrideNoteForm(forms.Form):
+    """The optional note of a revert or of its withdrawal."""
+
+    note = forms.CharField(label="Why (optional)", required=False, max_length=NOTE_MAX_CHARS)

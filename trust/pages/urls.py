@@ -14,6 +14,11 @@ _pages = [
     path("agents/<int:pk>/export.json", views.agent_export, name="agent_export"),
     path("review/", views.review_queue, name="review_queue"),
     path("overrides/<int:pk>/revert", views.override_revert, name="override_revert"),
+    path(
+        "overrides/<int:pk>/revert/withdraw",
+        views.override_revert_withdraw,
+        name="override_revert_withdraw",
+    ),
     path("overrides/<int:pk>/confirm", views.override_confirm, name="override_confirm"),
     path("flags/<int:pk>/review", views.flag_review, name="flag_review"),
     path("proposals/<int:pk>/decide", views.proposal_decide, name="proposal_decide"),

@@ -31,7 +31,13 @@ from trust.governance import selectors as governance_selectors
 from trust.governance import services as governance
 from trust.governance.models import GamingFlag, RubricProposal
 from trust.interchange import selectors as interchange
-from trust.pages.forms import FlagReviewForm, OverviewFilterForm, ProposalDecisionForm
+from trust.pages.forms import (
+    FlagReviewForm,
+    OverrideNoteForm,
+    OverviewFilterForm,
+    ProposalDecisionForm,
+)
+from trust.pages.words import score_change_words
 from trust.rounds import overrides
 from trust.rounds import selectors as round_selectors
 from trust.rounds.models import Override
@@ -189,7 +195,16 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "reasons": [point.reason for point in chart],
             "changes": [None if p.change is None else round(p.change, 4) for p in chart],
         },
-        changes=list(reversed(chart[-15:])),
+        changes=[
+            {
+                "at": point.at,
+                "score": point.score,
+                "change": point.change,
+                "reason": point.reason,
+                "words": score_change_words(point),
+            }
+            for point in reversed(chart[-15:])
+        ],
         diversity=score_selectors.citation_diversity(agent=agent),
         stats=score_selectors.long_term_stats(agent=agent, now=now),
         flags=governance_selectors.agent_gaming_flags(agent=agent),
@@ -215,13 +230,27 @@ def agent_export(request: HtmxHttpRequest, pk: int) -> JsonResponse:
 
 
 def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[list[dict[str, Any]]]:
-    """Each group of overrides as rows with their confirmations (one query for all groups)."""
+    """Each group of overrides as rows with their confirmations and, for the open ones, what
+    marking them regretted would do to the agent's trust (one query each for all groups)."""
+    tenant = tenant_membership(request).tenant
     confirmed = round_selectors.override_confirmations(
-        tenant=tenant_membership(request).tenant,
-        override_ids=[o.pk for group in groups for o in group],
+        tenant=tenant, override_ids=[o.pk for group in groups for o in group]
+    )
+    previews = score_selectors.trust_if_regretted(
+        tenant=tenant,
+        overrides=[
+            (o.pk, o.agent_id, o.occurred_at)
+            for group in groups
+            for o in group
+            if o.reverted_at is None
+        ],
     )
     return [
-        [{"override": o, "confirmation": confirmed.get(o.pk)} for o in group] for group in groups
+        [
+            {"override": o, "confirmation": confirmed.get(o.pk), "preview": previews.get(o.pk)}
+            for o in group
+        ]
+        for group in groups
     ]
 
 
@@ -300,10 +329,31 @@ def _decision(form: forms.Form, invalid: str, act: Callable[[dict[str, Any]], ob
 def override_revert(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     override = _override_of(request, pk)
     actor = _actor(request)
-    error = _attempt(
-        lambda: overrides.override_revert(override=override, reverted_by=actor, actor=actor)
+    error = _decision(
+        OverrideNoteForm(request.POST),
+        NOTE_INVALID,
+        lambda data: overrides.override_revert(
+            override=override, reverted_by=actor, note=data["note"], actor=actor
+        ),
     )
     return _override_answer(request, override, error)
+
+
+@require_POST
+@role_required(Role.REVIEWER)
+def override_revert_withdraw(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    override = _override_of(request, pk)
+    error = _decision(
+        OverrideNoteForm(request.POST),
+        NOTE_INVALID,
+        lambda data: overrides.override_revert_withdraw(
+            override=override, note=data["note"], actor=_actor(request)
+        ),
+    )
+    return _override_answer(request, override, error)
+
+
+NOTE_INVALID = "A note has at most 2,000 characters."
 
 
 @require_POST

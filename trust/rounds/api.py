@@ -32,6 +32,7 @@ from trust.rounds.serializers import (
     DissentSerializer,
     OverrideLogSerializer,
     OverrideRevertSerializer,
+    OverrideRevertWithdrawSerializer,
     OverrideSerializer,
     RoundFinalizeSerializer,
     RoundPostSerializer,
@@ -191,11 +192,16 @@ class DissentViewSet(OwnEvidenceViewSet):
         request=OverrideRevertSerializer,
         responses=OverrideSerializer,
     ),
+    revert_withdraw=extend_schema(
+        summary="Withdraw an override's revert: open again, no regret (reviewer)",
+        request=OverrideRevertWithdrawSerializer,
+        responses=OverrideSerializer,
+    ),
 )
 class OverrideViewSet(OwnEvidenceViewSet):
     queryset = Override.objects.select_related("agent")
     serializer_class = OverrideSerializer
-    role_by_action = {"revert": Role.REVIEWER}
+    role_by_action = {"revert": Role.REVIEWER, "revert_withdraw": Role.REVIEWER}
 
     def create(self, request: Request) -> Response:
         serializer = OverrideLogSerializer(data=request.data)
@@ -214,6 +220,19 @@ class OverrideViewSet(OwnEvidenceViewSet):
         override = overrides.override_revert(
             override=override,
             reverted_by=serializer.validated_data.get("reverted_by", self.principal.actor),
+            note=serializer.validated_data["note"],
+            actor=self.principal.actor,
+        )
+        return Response(self.get_serializer(override).data)
+
+    @action(detail=True, methods=["post"], url_path="revert/withdraw")
+    def revert_withdraw(self, request: Request, pk: str | None = None) -> Response:
+        override = self.get_object()
+        serializer = OverrideRevertWithdrawSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        override = overrides.override_revert_withdraw(
+            override=override,
+            note=serializer.validated_data["note"],
             actor=self.principal.actor,
         )
         return Response(self.get_serializer(override).data)

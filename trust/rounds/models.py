@@ -8,6 +8,8 @@ trust.rounds.overrides in the same transaction as the event that records them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
@@ -134,6 +136,16 @@ class DissentEmbedding(TenantOwned):
         ]
 
 
+# What a withdrawn revert leaves on an override: the state of one never reverted.
+OPEN_OVERRIDE: dict[str, Any] = {
+    "regret": False,
+    "reverted_by": "",
+    "reverted_at": None,
+    "revert_reason": "",
+    "revert_note": "",
+}
+
+
 class Override(TenantOwned):
     """A person (or a deciding agent) replacing an agent's output with their own decision."""
 
@@ -161,6 +173,8 @@ class Override(TenantOwned):
     revert_reason = models.CharField(
         max_length=16, choices=RevertReason.choices, blank=True, default=""
     )
+    # Why the person marked it: shown wherever the regret is; "" for inferred reverts.
+    revert_note = models.TextField(blank=True, default="")
 
     class Meta:
         indexes = [

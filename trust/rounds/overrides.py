@@ -20,10 +20,10 @@ from config.api import Conflict
 from config.sql import rows_named
 from ledger.jobs import Batch
 from ledger.models import Agent, Event, Tenant
-from ledger.services import SYSTEM_ACTOR, event_append, tenant_write_lock
-from trust.rounds.models import Override, Round
-from trust.rounds.policies import occurred_at_check, texts_check
-from trust.rounds.selectors import OVERRIDE_CONFIRMED
+from ledger.services import SYSTEM_ACTOR, EventDraft, event_append, tenant_write_lock
+from trust.rounds.models import OPEN_OVERRIDE, Override, Round
+from trust.rounds.policies import note_check, occurred_at_check, texts_check
+from trust.rounds.selectors import OVERRIDE_CONFIRMED, OVERRIDE_REVERT_WITHDRAWN
 from trust.scores.scoring import text_hash
 from trust.scores.services import trust_recompute
 
@@ -84,7 +84,13 @@ def override_log(
             payload=override_logged_payload(override),
         )
         trust_recompute(
-            tenant=agent.tenant, agent_ids=[agent.pk], reason="override_logged", now=moment
+            tenant=agent.tenant,
+            agent_ids=[agent.pk],
+            reason="override_logged",
+            now=moment,
+            causes={
+                agent.pk: {"override_ids": [override.pk], "by": decided_by, "round_id": round_id}
+            },
         )
     return override
 
@@ -94,11 +100,14 @@ def override_revert(
     override: Override,
     reverted_by: str,
     reason: str = Override.RevertReason.MARKED,
+    note: str = "",
     actor: str,
     now: datetime | None = None,
 ) -> Override:
-    """A person marks the override reverted (regret) at once, whatever its deadline."""
+    """A person marks the override reverted (regret) at once, whatever its deadline, with an
+    optional note saying why (kept on the row and in the ``override.reverted`` event)."""
     moment = now or timezone.now()
+    note = note_check(note)
     with transaction.atomic():
         tenant_write_lock(override.tenant)
         marked = overrides_mark_reverted(
@@ -106,6 +115,7 @@ def override_revert(
             override_ids=[override.pk],
             reverted_by=reverted_by,
             reason=reason,
+            note=note,
             actor=actor,
             now=moment,
         )
@@ -114,6 +124,63 @@ def override_revert(
                 code="override_already_reverted",
                 message="This override was already reverted.",
             )
+    override.refresh_from_db()
+    return override
+
+
+def override_revert_withdraw(
+    *, override: Override, note: str = "", actor: str, now: datetime | None = None
+) -> Override:
+    """Take a revert back: the override is open again (no regret), ``override.revert_withdrawn``
+    records who and why, and the agent's trust is recomputed (reason
+    ``override_revert_withdrawn``). The row is reopened, not confirmed: regret inference treats
+    it like any open override, since the round's output is still the evidence it follows.
+    Refuses an override that is not reverted (409 ``override_not_reverted``)."""
+    moment = now or timezone.now()
+    note = note_check(note)
+    with transaction.atomic():
+        tenant_write_lock(override.tenant)
+        previous = (
+            Override.objects.filter(pk=override.pk, reverted_at__isnull=False)
+            .values("reverted_by", "revert_reason")
+            .first()
+        )
+        if previous is None:
+            raise Conflict(
+                code="override_not_reverted",
+                message="This override is not reverted, so there is no revert to withdraw.",
+            )
+        Override.objects.filter(pk=override.pk).update(**OPEN_OVERRIDE)
+        trust_recompute(
+            tenant=override.tenant,
+            agent_ids=[override.agent_id],
+            reason="override_revert_withdrawn",
+            now=moment,
+            causes={
+                override.agent_id: {
+                    "override_ids": [override.pk],
+                    "by": actor,
+                    "round_id": override.round_id,
+                    "note": note,
+                }
+            },
+            preceded_by=[
+                EventDraft(
+                    kind=OVERRIDE_REVERT_WITHDRAWN,
+                    actor=actor,
+                    round_id=override.round_id,
+                    payload={
+                        "override_id": override.pk,
+                        "agent_id": override.agent_id,
+                        "withdrawn_by": actor,
+                        "was_reverted_by": previous["reverted_by"],
+                        "was_reason": previous["revert_reason"],
+                        "note": note,
+                        "at": moment.isoformat(),
+                    },
+                )
+            ],
+        )
     override.refresh_from_db()
     return override
 
@@ -147,12 +214,16 @@ def override_confirm(*, override: Override, actor: str, now: datetime | None = N
         )
 
 
+CAUSE_IDS_MAX = 20
+
+
 def overrides_mark_reverted(
     *,
     tenant: Tenant,
     override_ids: Sequence[int],
     reverted_by: str,
     reason: str,
+    note: str = "",
     actor: str,
     now: datetime,
 ) -> list[int]:
@@ -164,7 +235,8 @@ def overrides_mark_reverted(
         cursor.execute(
             """
             UPDATE trust_override
-            SET regret = true, reverted_by = %(by)s, reverted_at = %(now)s, revert_reason = %(why)s
+            SET regret = true, reverted_by = %(by)s, reverted_at = %(now)s, revert_reason = %(why)s,
+                revert_note = %(note)s
             WHERE tenant_id = %(tenant)s AND id = ANY(%(ids)s) AND reverted_at IS NULL
             RETURNING id, agent_id
             """,
@@ -172,13 +244,20 @@ def overrides_mark_reverted(
                 "by": reverted_by,
                 "now": now,
                 "why": reason,
+                "note": note,
                 "tenant": tenant.pk,
                 "ids": list(override_ids),
             },
         )
         rows = rows_named(cursor)
     return _after_revert(
-        tenant=tenant, rows=rows, reverted_by=reverted_by, reason=reason, actor=actor, now=now
+        tenant=tenant,
+        rows=rows,
+        reverted_by=reverted_by,
+        reason=reason,
+        note=note,
+        actor=actor,
+        now=now,
     )
 
 
@@ -188,6 +267,7 @@ def _after_revert(
     rows: Sequence[Any],
     reverted_by: str,
     reason: str,
+    note: str = "",
     actor: str,
     now: datetime,
 ) -> list[int]:
@@ -196,6 +276,9 @@ def _after_revert(
     if not rows:
         return []
     ids = sorted(int(row.id) for row in rows)
+    per_agent: dict[int, list[int]] = {}
+    for row in rows:
+        per_agent.setdefault(int(row.agent_id), []).append(int(row.id))
     event_append(
         tenant=tenant,
         kind="override.reverted",
@@ -204,15 +287,28 @@ def _after_revert(
             "override_ids": ids,
             "reverted_by": reverted_by,
             "reason": reason,
+            "note": note,
             "regret": True,
             "at": now.isoformat(),
         },
     )
     trust_recompute(
         tenant=tenant,
-        agent_ids=sorted({int(row.agent_id) for row in rows}),
+        agent_ids=sorted(per_agent),
         reason="override_regret",
         now=now,
+        causes={
+            agent_id: {
+                # An inference batch can regret thousands of one agent's overrides: the first
+                # few name them, the count says how many.
+                "override_ids": sorted(override_ids)[:CAUSE_IDS_MAX],
+                "count": len(override_ids),
+                "by": reverted_by,
+                "revert_reason": reason,
+                "note": note,
+            }
+            for agent_id, override_ids in per_agent.items()
+        },
     )
     return ids
 

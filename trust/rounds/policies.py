@@ -8,6 +8,7 @@ from datetime import datetime
 from config.api import ApiError
 
 TEXT_MAX_CHARS = 20_000
+NOTE_MAX_CHARS = 2_000
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -47,3 +48,16 @@ def occurred_at_check(occurred_at: datetime | None, now: datetime) -> datetime:
             details={"occurred_at": occurred_at.isoformat()},
         )
     return occurred_at
+
+
+def note_check(note: str) -> str:
+    """A reviewer's note on a revert or its withdrawal: optional, trimmed, at most
+    NOTE_MAX_CHARS (400 ``note_too_long``)."""
+    note = note.strip()
+    if len(note) > NOTE_MAX_CHARS:
+        raise ApiError(
+            code="note_too_long",
+            message=f"The note has {len(note)} characters; the limit is {NOTE_MAX_CHARS}.",
+            details={"field": "note", "limit": NOTE_MAX_CHARS},
+        )
+    return note

@@ -23,7 +23,14 @@ from django.utils.dateparse import parse_datetime
 from config.sql import row_named, rows_named
 from ledger.models import Agent, Event, Tenant
 from ledger.services import tenant_write_lock
-from trust.rounds.models import ArtifactVersion, Dissent, Override, Round, RoundParticipant
+from trust.rounds.models import (
+    OPEN_OVERRIDE,
+    ArtifactVersion,
+    Dissent,
+    Override,
+    Round,
+    RoundParticipant,
+)
 from trust.scores.models import TrustScoreChange
 from trust.scores.scoring import text_hash
 
@@ -36,6 +43,7 @@ TRUST_EVENT_KINDS = frozenset(
         "dissent.impact_set",
         "override.logged",
         "override.reverted",
+        "override.revert_withdrawn",
         "trust.score_changed",
         "trust.rounds_imported",
     }
@@ -67,12 +75,12 @@ _SNAPSHOT_QUERIES = {
     "overrides": (
         "SELECT id, agent_id, round_id, occurred_at, created_at, context, agent_output,"
         " human_decision, agent_output_hash, decision_hash, decided_by, regret,"
-        " auto_check_deadline, reverted_by, reverted_at, revert_reason"
+        " auto_check_deadline, reverted_by, reverted_at, revert_reason, revert_note"
         " FROM trust_override WHERE tenant_id = %s",
         "id",
     ),
     "score_changes": (
-        "SELECT id, agent_id, at, score, reason, components"
+        "SELECT id, agent_id, at, score, reason, components, cause"
         " FROM trust_trustscorechange WHERE tenant_id = %s",
         "id",
     ),
@@ -118,6 +126,8 @@ class _Batch:
                 dissent_ids.add(int(event.payload["dissent_id"]))
             elif event.kind == "override.reverted":
                 override_ids.update(int(i) for i in event.payload["override_ids"])
+            elif event.kind == "override.revert_withdrawn":
+                override_ids.add(int(event.payload["override_id"]))
         self.old_rounds: dict[int, Round] = Round.objects.filter(tenant=tenant).in_bulk(round_pks)
         self.old_dissents: dict[int, Dissent] = Dissent.objects.filter(tenant=tenant).in_bulk(
             dissent_ids
@@ -167,7 +177,7 @@ class _Batch:
         if self.old_overrides:
             Override.objects.bulk_update(
                 self.old_overrides.values(),
-                ["regret", "reverted_by", "reverted_at", "revert_reason"],
+                ["regret", "reverted_by", "reverted_at", "revert_reason", "revert_note"],
             )
 
 
@@ -375,6 +385,16 @@ class TrustProjection:
                 override.reverted_by = p["reverted_by"]
                 override.reverted_at = _at(p["at"])
                 override.revert_reason = p["reason"]
+                # Events from before notes existed have none.
+                override.revert_note = p.get("note", "")
+
+    def _override_revert_withdrawn(
+        self, tenant: Tenant, batch: _Batch, event: Event, p: dict[str, Any]
+    ) -> None:
+        override = batch.override(int(p["override_id"]))
+        if override is not None:
+            for name, value in OPEN_OVERRIDE.items():
+                setattr(override, name, value)
 
     def _trust_score_changed(
         self, tenant: Tenant, batch: _Batch, event: Event, p: dict[str, Any]
@@ -391,6 +411,8 @@ class TrustProjection:
                 score=p["score"],
                 reason=p["reason"],
                 components=p["components"],
+                # Changes recorded before causes were kept have none.
+                cause=p.get("cause", {}),
             )
         )
         self._scores[agent_id] = float(p["score"])

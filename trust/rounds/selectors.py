@@ -111,6 +111,7 @@ REVIEW_RECENT_DAYS = 7
 
 
 OVERRIDE_CONFIRMED = "override.confirmed"
+OVERRIDE_REVERT_WITHDRAWN = "override.revert_withdrawn"
 
 
 def overrides_waiting(*, tenant: Tenant, now: datetime | None = None) -> QuerySet[Override]:

@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from trust.rounds.models import ArtifactVersion, Dissent, Override, Round
+from trust.rounds.policies import NOTE_MAX_CHARS
 
 
 # Texts are checked by the services (empty_text, text_too_long), so the codes are the same for
@@ -130,6 +131,7 @@ class OverrideSerializer(serializers.ModelSerializer[Override]):
             "reverted_by",
             "reverted_at",
             "revert_reason",
+            "revert_note",
         ]
 
 
@@ -148,4 +150,19 @@ class OverrideLogSerializer(serializers.Serializer[Any]):
 class OverrideRevertSerializer(serializers.Serializer[Any]):
     reverted_by = serializers.CharField(
         max_length=200, required=False, help_text="Who reverted it; the caller by default."
+    )
+    note = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text=f"Why it is regretted (at most {NOTE_MAX_CHARS} characters).",
+    )
+
+
+class OverrideRevertWithdrawSerializer(serializers.Serializer[Any]):
+    note = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text=f"Why the revert is taken back (at most {NOTE_MAX_CHARS} characters).",
     )

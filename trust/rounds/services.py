@@ -366,6 +366,7 @@ def dissent_log(
             agent_ids=[agent.pk],
             reason="dissent_logged",
             now=moment,
+            causes={agent.pk: {"dissent_id": dissent.pk, "by": actor, "round_id": round_id}},
             preceded_by=[
                 EventDraft(
                     kind="dissent.logged",
@@ -439,6 +440,13 @@ def dissent_set_impact(
             agent_ids=[locked.agent_id],
             reason="dissent_impact_true" if impact else "dissent_impact_false",
             now=moment,
+            causes={
+                locked.agent_id: {
+                    "dissent_id": locked.pk,
+                    "by": actor,
+                    "round_id": locked.round_id,
+                }
+            },
         )
     return locked
 

@@ -19,6 +19,9 @@ class TrustScoreChange(TenantOwned):
     score = models.FloatField()
     reason = models.CharField(max_length=64)
     components = models.JSONField(default=dict, blank=True)
+    # What caused it, for the agent page's words and links: ``override_ids``, ``dissent_id``,
+    # ``round_id``, ``by`` (the person or system), ``note``; {} for a slide or a recompute.
+    cause = models.JSONField(default=dict, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "agent", "at"], name="trust_history_agent")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -147,6 +147,50 @@ def trust_evidence(
             overrides_window=override_window,
         )
     return evidence
+
+
+@dataclass(frozen=True)
+class RegretPreview:
+    current: float  # the agent's score as stored now
+    if_regretted: float  # what marking the override regretted would make it
+
+
+def trust_if_regretted(
+    *,
+    tenant: Tenant,
+    overrides: Sequence[tuple[int, int, datetime]],
+    now: datetime | None = None,
+) -> dict[int, RegretPreview]:
+    """What marking each open override regretted would make its agent's trust: the evidence at
+    ``now`` with one more regret where the override counts in the window the score uses, run
+    through the pure formula (no write). ``overrides`` are (override id, agent id, occurred_at);
+    one evidence query for all their agents. The recompute a revert runs gives the same number.
+    """
+    moment = now or timezone.now()
+    agent_ids = sorted({agent_id for _, agent_id, _ in overrides})
+    if not agent_ids:
+        return {}
+    evidence = trust_evidence(tenant=tenant, agent_ids=agent_ids, now=moment)
+    stored = dict(
+        Agent.objects.filter(tenant=tenant, pk__in=agent_ids).values_list("pk", "trust_score")
+    )
+    since = moment - timedelta(days=settings.TRUST_WINDOW_DAYS)
+    previews: dict[int, RegretPreview] = {}
+    for override_id, agent_id, occurred_at in overrides:
+        held = evidence.get(agent_id)
+        if held is None:
+            continue
+        # A 90-day window leaves older overrides out; all history (too few recent) counts all.
+        counted = held.overrides_window == "all" or (
+            held.overrides_window != "none" and since < occurred_at <= moment
+        )
+        if counted:
+            held = replace(held, overrides_regretted=held.overrides_regretted + 1)
+        previews[override_id] = RegretPreview(
+            current=round(stored[agent_id], 6),
+            if_regretted=trust_score(held, prior_strength=settings.TRUST_PRIOR_STRENGTH).score,
+        )
+    return previews
 
 
 def agent_on_probation(*, agent: Agent, now: datetime | None = None) -> bool:
@@ -361,10 +405,20 @@ class TrustPoint:
     score: float
     reason: str
     previous: float | None
+    cause: dict[str, Any] = field(default_factory=dict)
 
     @property
     def change(self) -> float | None:
         return None if self.previous is None else self.score - self.previous
+
+    @property
+    def override_ids(self) -> list[int]:
+        return [int(i) for i in self.cause.get("override_ids", [])]
+
+    @property
+    def more_overrides(self) -> int:
+        """How many overrides of the cause its ids leave unnamed (an inference batch)."""
+        return max(int(self.cause.get("count", 0)) - len(self.override_ids), 0)
 
 
 def trust_chart(*, agent: Agent, limit: int = CHART_POINTS) -> list[TrustPoint]:
@@ -373,7 +427,7 @@ def trust_chart(*, agent: Agent, limit: int = CHART_POINTS) -> list[TrustPoint]:
     changes = list(
         TrustScoreChange.objects.filter(tenant_id=agent.tenant_id, agent=agent)
         .order_by("-at", "-id")
-        .values_list("at", "score", "reason")[: limit + 1]
+        .values_list("at", "score", "reason", "cause")[: limit + 1]
     )
     changes.reverse()
     points: list[TrustPoint] = []
@@ -384,11 +438,13 @@ def trust_chart(*, agent: Agent, limit: int = CHART_POINTS) -> list[TrustPoint]:
         previous = None
     else:
         # Imported or backdated history may start before the agent's row was created.
-        start = min([agent.created_at, *(at for at, _, _ in changes[:1])])
+        start = min([agent.created_at, *(change[0] for change in changes[:1])])
         points.append(TrustPoint(at=start, score=PRIOR, reason="initial", previous=None))
         previous = PRIOR
-    for at, score, reason in changes:
-        points.append(TrustPoint(at=at, score=score, reason=reason, previous=previous))
+    for at, score, reason, cause in changes:
+        points.append(
+            TrustPoint(at=at, score=score, reason=reason, previous=previous, cause=cause or {})
+        )
         previous = score
     return points
 

@@ -7,7 +7,7 @@ when there is one), so a rebuild from the ledger (trust.rounds.projection) gets 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,14 +32,16 @@ def trust_recompute(
     reason: str,
     now: datetime | None = None,
     preceded_by: Sequence[EventDraft] = (),
+    causes: Mapping[int, dict[str, Any]] | None = None,
 ) -> int:
     """Recompute scores (all of the tenant's agents by default); record the ones that changed.
 
     One evidence query for all agents, one bulk insert of history rows, one batch of
     ``trust.score_changed`` events and one UPDATE of the agents, so a tenant-wide recompute does
     not cost a query per agent. ``preceded_by`` are the caller's events, appended in the same
-    batch just before the score changes (one chain append instead of two). Returns how many
-    scores changed.
+    batch just before the score changes (one chain append instead of two). ``causes`` says, per
+    agent id, what caused the change (``TrustScoreChange.cause``). Returns how many scores
+    changed.
     """
     moment = now or timezone.now()
     # Inside a caller's transaction no savepoint: a failure here fails the caller anyway.
@@ -68,6 +70,7 @@ def trust_recompute(
                     score=breakdown.score,
                     reason=reason,
                     components=breakdown.as_dict(),
+                    cause=(causes or {}).get(agent_id, {}),
                 )
             )
         if not changes:
@@ -103,6 +106,7 @@ def score_changed_payload(change: TrustScoreChange, previous: float | None) -> d
         "reason": change.reason,
         "at": change.at.isoformat(),
         "components": change.components,
+        "cause": change.cause,
     }
 
 

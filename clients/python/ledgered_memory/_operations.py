@@ -75,6 +75,11 @@ OPERATIONS: dict[str, tuple[str, str, str]] = {
     "overrides_create": ("POST", "/api/v1/overrides/", "overrides_create"),
     "overrides_get": ("GET", "/api/v1/overrides/{id}/", "overrides_get"),
     "overrides_revert": ("POST", "/api/v1/overrides/{id}/revert/", "overrides_revert"),
+    "overrides_revert_withdraw_create": (
+        "POST",
+        "/api/v1/overrides/{id}/revert/withdraw/",
+        "overrides_revert_withdraw_create",
+    ),
     "recall": ("POST", "/api/v1/recall/", "recall"),
     "recall_settings_get": ("GET", "/api/v1/recall-settings/", "recall_settings_get"),
     "recall_settings_update": ("PATCH", "/api/v1/recall-settings/", "recall_settings_update"),

@@ -244,6 +244,29 @@ class ReviewsOperations(SyncTransport):
             ),
         )
 
+    def overrides_revert_withdraw_create(
+        self,
+        id: str | int,
+        *,
+        idempotency_key: str | None = None,
+        **body: Unpack[types.OverrideRevertWithdrawRequest],
+    ) -> types.Override:
+        """Withdraw an override's revert: open again, no regret (reviewer).
+
+        ``POST /api/v1/overrides/{id}/revert/withdraw/``
+        """
+        return cast(
+            "types.Override",
+            self.request(
+                Call(
+                    "POST",
+                    f"/overrides/{segment(id)}/revert/withdraw/",
+                    body=body,
+                    idempotency_key=idempotency_key,
+                )
+            ),
+        )
+
     def rounds_list(
         self,
         *,

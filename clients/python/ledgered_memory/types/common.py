@@ -85,8 +85,10 @@ ErrorCode = Literal[
     "not_acceptable",
     "not_authenticated",
     "not_found",
+    "note_too_long",
     "occurred_in_future",
     "override_already_reverted",
+    "override_not_reverted",
     "pattern_too_costly",
     "payload_too_large",
     "permission_denied",
@@ -152,6 +154,7 @@ class Override(TypedDict):
     reverted_by: NotRequired[str]
     reverted_at: NotRequired[str | None]
     revert_reason: NotRequired[RevertReasonEnum | BlankEnum]
+    revert_note: NotRequired[str]
 
 
 class Error(TypedDict):

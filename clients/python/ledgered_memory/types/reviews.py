@@ -64,6 +64,11 @@ class OverrideLogRequest(TypedDict):
 
 class OverrideRevertRequest(TypedDict):
     reverted_by: NotRequired[str]
+    note: NotRequired[str]
+
+
+class OverrideRevertWithdrawRequest(TypedDict):
+    note: NotRequired[str]
 
 
 class PaginatedDissentList(TypedDict):
