@@ -339,13 +339,14 @@ def verify_writes(tallies: list[Tally], tenant: Any) -> tuple[int, int, int]:
 def verify_chain() -> str:
     from io import StringIO
 
-    from django.core.management import call_command
+    from django.core.management import CommandError, call_command
 
     output = StringIO()
     try:
         call_command("verify_ledger", stdout=output, stderr=output)
-    except SystemExit as exc:
-        return f"FAILED (exit {exc.code}): {output.getvalue().strip()}"
+    except (CommandError, SystemExit) as exc:
+        # verify_ledger raises CommandError (exit status 1) for a broken chain.
+        return f"FAILED ({exc}): {output.getvalue().strip()}"
     return output.getvalue().strip().splitlines()[-1] if output.getvalue().strip() else "ok"
 
 
