@@ -193,6 +193,9 @@ def checkpoints_read(*, tenant_id: int) -> CheckpointLog:
     """Every checkpoint of the tenant, each signature checked; empty when none was made yet."""
     try:
         with open(_path(tenant_id), encoding="utf-8") as handle:
+            # Shared lock: a checkpoint being appended (under the exclusive lock) is read whole
+            # or not at all, never as a torn last line that would look like tampering.
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
             return _log_read(handle, tenant_id)
     except FileNotFoundError:
         return CheckpointLog()
@@ -203,6 +206,7 @@ def checkpoint_latest(*, tenant_id: int) -> Checkpoint | None:
     None without one or when that line does not verify (the full read says why)."""
     try:
         with open(_path(tenant_id), "rb") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - _LAST_LINE_MAX_BYTES))

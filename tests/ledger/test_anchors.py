@@ -285,3 +285,33 @@ def test_the_ledger_page_shows_the_checkpoint_and_a_break_it_found(tenant, clien
 
     assert "chain-status--broken" in page
     assert f"event #{events[-1].seq} was removed" in page
+
+
+def test_a_checkpoint_being_appended_is_never_read_as_a_torn_line(tenant):
+    # A verifier reading while a worker appends must wait for the whole line: half a line would
+    # read as "not a checkpoint", a false alarm of tampering (seen under load in bench/cluster.py).
+    import fcntl
+    import os
+    import threading
+
+    append_n(tenant, 2)
+    head = chain_checkpoint(tenant=tenant).head_seq
+    line = anchor_file(tenant).read_bytes()
+    anchor_file(tenant).write_bytes(b"")
+    read: list = []
+
+    fd = os.open(anchor_file(tenant), os.O_WRONLY | os.O_APPEND)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, line[:20])
+        reader = threading.Thread(target=lambda: read.append(checkpoints_read(tenant_id=tenant.pk)))
+        reader.start()
+        reader.join(timeout=0.3)
+        assert reader.is_alive(), "the reader did not wait for the writer's lock"
+        os.write(fd, line[20:])
+    finally:
+        os.close(fd)
+    reader.join(timeout=5)
+
+    assert not read[0].problem
+    assert [c.seq for c in read[0].checkpoints] == [head]
