@@ -80,6 +80,7 @@ ERROR_CODES: tuple[str, ...] = (
     "last_admin",
     "malformed_json",
     "method_not_allowed",
+    "metrics_forbidden",
     "missing_parameter",
     "no_candidates",
     "no_decision_maker",

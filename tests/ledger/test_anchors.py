@@ -30,6 +30,13 @@ def anchor_file(tenant) -> Path:
 
 
 def delete_events(tenant, *, from_seq: int) -> None:
+    # With the rows derived from them (the worker may have embedded these events already), as an
+    # attacker removing events would: otherwise the foreign key, not the ledger, refuses.
+    tamper(
+        "DELETE FROM memory_eventembedding WHERE event_id IN"
+        " (SELECT id FROM ledger_event WHERE tenant_id = %s AND seq >= %s)",
+        [tenant.pk, from_seq],
+    )
     tamper("DELETE FROM ledger_event WHERE tenant_id = %s AND seq >= %s", [tenant.pk, from_seq])
 
 

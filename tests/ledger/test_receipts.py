@@ -116,7 +116,9 @@ def test_a_receipt_of_a_deleted_last_event_fails_as_truncation(tenant, api_as):
     writer = api_as(tenant, role=Role.AGENT)
     receipt = writer.post("/api/v1/events/", spoken(), format="json")[HEADER]
 
-    tamper("DELETE FROM ledger_event WHERE id = %s", [head(tenant).pk])
+    gone = head(tenant).pk
+    tamper("DELETE FROM memory_eventembedding WHERE event_id = %s", [gone])
+    tamper("DELETE FROM ledger_event WHERE id = %s", [gone])
     body = verify(writer, receipt).json()
 
     assert (body["ok"], body["code"]) == (False, "ledger_truncated")

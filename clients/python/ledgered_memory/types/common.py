@@ -78,6 +78,7 @@ ErrorCode = Literal[
     "last_admin",
     "malformed_json",
     "method_not_allowed",
+    "metrics_forbidden",
     "missing_parameter",
     "no_candidates",
     "no_decision_maker",
