@@ -49,7 +49,7 @@ def _dissent(point: TrustPoint) -> SafeString:
 
 def _by(point: TrustPoint, text: str = " by ") -> SafeString:
     by = point.cause.get("by")
-    return format_html("{}{}", text, _actor(by)) if by else format_html("")
+    return format_html("{}{}", text, _actor(by)) if by else format_html("{}", "")
 
 
 def _what(point: TrustPoint) -> SafeString:
