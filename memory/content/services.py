@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from config.api import Conflict
 from ledger.models import Agent, Tenant
 from ledger.projections import service_kinds_register
 from ledger.services import EventDraft, events_append, tenant_write_lock
@@ -160,13 +161,48 @@ def content_item_store(*, agent: Agent, actor: str, draft: ItemDraft) -> Content
     item = _new_item(
         agent=agent, draft=draft, parsed=parsed, key=secrets.token_urlsafe(_ITEM_KEY_BYTES), now=now
     )
+    return _item_save(item, actor=actor)
+
+
+def _item_save(item: ContentItem, *, actor: str) -> ContentItem:
     item.tokens_full = token_count(full_rendering(item))
     with transaction.atomic():
-        tenant_write_lock(agent.tenant)
-        _check_related(agent.tenant, item.related_to)
+        tenant_write_lock(item.agent.tenant)
+        _check_related(item.agent.tenant, item.related_to)
         item.save()
-        events_append(tenant=agent.tenant, drafts=[_stored_draft(item, actor)])
+        events_append(tenant=item.agent.tenant, drafts=[_stored_draft(item, actor)])
     return item
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    """How the action-result flow answered for an item, as an export recorded it."""
+
+    action_type: str
+    rendering: str
+    compactor: str
+    tokens_returned: int | None
+
+
+def content_item_import(
+    *, agent: Agent, actor: str, draft: ItemDraft, key: str, action: ActionRecord | None
+) -> ContentItem:
+    """Store an item as an export recorded it: under its own id (conversations quote it), with
+    the action-result flow's answer when it had one. 409 ``content_item_exists`` when the id is
+    taken here."""
+    if not key or len(key) > ContentItem._meta.get_field("key").max_length:  # type: ignore[operator]
+        raise bad_request("invalid_item_id", f"An item id is 1 to 16 characters, not {key!r}.")
+    if ContentItem.objects.filter(tenant_id=agent.tenant_id, key=key).exists():
+        raise Conflict(code="content_item_exists", message=f"Item {key} already exists here.")
+    item = _new_item(
+        agent=agent, draft=draft, parsed=content_parse(draft.content), key=key, now=timezone.now()
+    )
+    if action is not None:
+        item.action_type = action.action_type
+        item.rendering = action.rendering
+        item.compactor = action.compactor
+        item.tokens_returned = action.tokens_returned
+    return _item_save(item, actor=actor)
 
 
 # --- The action-result flow ----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -30,6 +31,21 @@ _COMPARED_FIELDS = (
     "last_retrieved_at",
     "retrieval_count",
 )
+
+
+def _when(value: str | None) -> datetime | None:
+    return None if value is None else parse_datetime(value)
+
+
+def _imported_fields(recorded: dict[str, Any]) -> dict[str, Any]:
+    """What an imported memory's event recorded of its life before (services.memories_import)."""
+    return {
+        "created_at": _when(recorded["created_at"]),
+        "updated_at": _when(recorded["updated_at"]),
+        "last_retrieved_at": _when(recorded["last_retrieved_at"]),
+        "retrieval_count": int(recorded["retrieval_count"]),
+        "archived_at": _when(recorded["archived_at"]),
+    }
 
 
 class MemoryProjection:
@@ -102,6 +118,8 @@ class MemoryProjection:
                     "last_retrieved_at": None,
                     "retrieval_count": 0,
                 }
+                if "imported" in event.payload:
+                    self._replayed[memory_id].update(_imported_fields(event.payload["imported"]))
 
     def _apply_batch(self, event: Event) -> None:
         """Decay, quota, TTL and retrieval act on many memories at once, logged in one event."""

@@ -34,7 +34,7 @@ from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH, Embedded, vecto
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from memory.episodic import policies
 from memory.episodic.sealing import key_new, seal
-from memory.models import Memory, MemoryKey
+from memory.models import Memory, MemoryKey, MemoryRole
 from memory.search.keyword_index import SessionPosition, search_documents_refresh_around
 
 logger = logging.getLogger(__name__)
@@ -166,6 +166,13 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
                 or policies.expires_at_default(memory_type=memory_type, created_at=now),
             )
         )
+    return _memories_write(agent=agent, rows=rows, actor=actor, imported=False)
+
+
+def _memories_write(
+    *, agent: Agent, rows: list[Memory], actor: str, imported: bool
+) -> list[Memory]:
+    """Embed what has no vector yet, then insert the rows, their keys and their events."""
     _embed_missing(rows)
     with transaction.atomic():
         tenant_write_lock(agent.tenant)
@@ -179,12 +186,91 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
                 EventDraft(
                     kind="memory.stored",
                     actor=actor,
-                    payload=_stored_payload(memory, key.key),
+                    payload=_stored_payload(memory, key.key, imported=imported),
                 )
                 for memory, key in zip(stored, keys, strict=True)
             ],
         )
     return stored
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """A memory as an export recorded it: every field, its lifecycle's times included."""
+
+    content: str
+    role: str
+    session_id: str
+    memory_type: str
+    importance: float
+    metadata: dict[str, Any]
+    tags: list[str]
+    occurred_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    last_retrieved_at: datetime | None
+    retrieval_count: int
+    archived_at: datetime | None
+
+
+def memory_record_problem(record: MemoryRecord) -> tuple[str, str] | None:
+    """What is wrong with a recorded memory, as ``(code, message)``; None when it can be kept.
+
+    The store's rules except the one about time: an export may hold memories that have expired
+    since (the TTL job removes them after the import as it would have before).
+    """
+    problem = _memory_problem(
+        MemoryDraft(
+            content=record.content,
+            role=record.role,
+            memory_type=record.memory_type,
+            importance=record.importance,
+        ),
+        timezone.now(),
+    )
+    if problem is None and record.role not in MemoryRole.values:
+        return "invalid_role", f"Unknown role {record.role!r}; use one of {', '.join(MemoryRole)}."
+    if problem is None and record.retrieval_count < 0:
+        return "invalid_retrieval_count", "retrieval_count must be 0 or more."
+    return problem
+
+
+def memories_import(*, agent: Agent, records: Sequence[MemoryRecord], actor: str) -> list[Memory]:
+    """Store memories exactly as an export recorded them (at most ``MEMORY_BATCH_MAX``):
+    their store, update, retrieval and archive times and counts are kept, not reset to now.
+
+    Each is a ``memory.stored`` event like any store, whose payload also carries those recorded
+    fields (``imported``), so a rebuild replays them too. Vectors are recomputed, not imported.
+    """
+    for index, record in enumerate(records):
+        problem = memory_record_problem(record)
+        if problem is not None:
+            code, message = problem
+            raise ApiError(code=code, message=message, details={"index": index})
+    rows = [
+        Memory(
+            tenant_id=agent.tenant_id,
+            agent=agent,
+            session_id=r.session_id,
+            role=r.role,
+            content=r.content,
+            memory_type=r.memory_type,
+            importance=r.importance,
+            content_hash=policies.content_hash(r.content),
+            metadata=r.metadata,
+            tags=r.tags,
+            occurred_at=r.occurred_at,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            expires_at=r.expires_at,
+            last_retrieved_at=r.last_retrieved_at,
+            retrieval_count=r.retrieval_count,
+            archived_at=r.archived_at,
+        )
+        for r in records
+    ]
+    return _memories_write(agent=agent, rows=rows, actor=actor, imported=True)
 
 
 def _session_position(memory: Memory) -> SessionPosition:
@@ -214,9 +300,10 @@ def _embed_missing(rows: Sequence[Memory]) -> None:
             memory.embedding_model = model
 
 
-def _stored_payload(memory: Memory, key: str) -> dict[str, Any]:
-    """The ledger's copy: searchable facts in the clear, the content and metadata sealed."""
-    return {
+def _stored_payload(memory: Memory, key: str, *, imported: bool = False) -> dict[str, Any]:
+    """The ledger's copy: searchable facts in the clear, the content and metadata sealed. An
+    imported memory's payload adds the times and counts its export recorded."""
+    payload = {
         "memory_id": memory.pk,
         "agent_id": memory.agent_id,
         "session_id": memory.session_id,
@@ -235,6 +322,19 @@ def _stored_payload(memory: Memory, key: str) -> dict[str, Any]:
             },
         ),
     }
+    if imported:
+        payload["imported"] = {
+            "created_at": memory.created_at.isoformat(),
+            "updated_at": memory.updated_at.isoformat(),
+            "last_retrieved_at": _iso(memory.last_retrieved_at),
+            "retrieval_count": memory.retrieval_count,
+            "archived_at": _iso(memory.archived_at),
+        }
+    return payload
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def memory_delete(*, memory: Memory, actor: str, reason: str = "") -> None:

@@ -15,7 +15,8 @@ from trust.rounds.models import Dissent, Override
 from trust.scores import selectors
 
 
-def _stamp(moment: datetime | None) -> str | None:
+def timestamp_text(moment: datetime | None) -> str | None:
+    """A moment as the documents write it: ISO 8601 in UTC with a Z, or None."""
     if moment is None:
         return None
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
@@ -32,12 +33,12 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
         "dissent_history": [
             {
                 "round_id": d.round_id,
-                "timestamp": _stamp(d.occurred_at),
+                "timestamp": timestamp_text(d.occurred_at),
                 "context": d.context,
                 "dissent_text": d.text,
                 "rubric_citations": list(d.rubric_citations),
                 "impact": d.impact,
-                "impact_set_at": _stamp(d.impact_set_at),
+                "impact_set_at": timestamp_text(d.impact_set_at),
                 "depth_score": d.depth_score,
                 "novelty": d.novelty,
                 "novelty_known": d.novelty_known,
@@ -48,15 +49,15 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
         "override_history": [
             {
                 "round_id": o.round_id,
-                "timestamp": _stamp(o.occurred_at),
+                "timestamp": timestamp_text(o.occurred_at),
                 "context": o.context,
                 "agent_output": o.agent_output,
                 "human_decision": o.human_decision,
                 "decided_by": o.decided_by,
                 "regret": o.regret,
-                "auto_check_deadline": _stamp(o.auto_check_deadline),
+                "auto_check_deadline": timestamp_text(o.auto_check_deadline),
                 "reverted_by": o.reverted_by or None,
-                "reverted_at": _stamp(o.reverted_at),
+                "reverted_at": timestamp_text(o.reverted_at),
                 "revert_reason": o.revert_reason or None,
                 "revert_note": o.revert_note or None,
             }
@@ -65,7 +66,7 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
         "trust_score": agent.trust_score,
         "trust_score_history": [
             {
-                "timestamp": _stamp(h["timestamp"]),
+                "timestamp": timestamp_text(h["timestamp"]),
                 "score": h["score"],
                 "reason": h["reason"],
                 "components": h["components"],
@@ -74,5 +75,5 @@ def agent_export(*, agent: Agent, now: datetime | None = None) -> dict[str, Any]
         ],
         "long_term_stats": asdict(selectors.long_term_stats(agent=agent, now=moment)),
         "rounds_participated": agent.rounds_participated,
-        "probation_until": _stamp(agent.probation_until),
+        "probation_until": timestamp_text(agent.probation_until),
     }

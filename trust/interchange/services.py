@@ -54,7 +54,7 @@ def _invalid(path: str, problem: str) -> ApiError:
     )
 
 
-class _Reader:
+class DocumentReader:
     """Typed access to a document's fields, naming the path of the first bad one."""
 
     def __init__(self, value: Any, path: str) -> None:
@@ -129,11 +129,11 @@ class _Reader:
             raise _invalid(self._at(key), "must be an object")
         return value
 
-    def items(self, key: str) -> list[_Reader]:
+    def items(self, key: str) -> list[DocumentReader]:
         value = self.value.get(key, [])
         if not isinstance(value, list):
             raise _invalid(self._at(key), "must be a list")
-        return [_Reader(item, f"{self._at(key)}[{n}]") for n, item in enumerate(value)]
+        return [DocumentReader(item, f"{self._at(key)}[{n}]") for n, item in enumerate(value)]
 
     def names(self, key: str) -> list[str]:
         value = self.value.get(key, [])
@@ -142,7 +142,7 @@ class _Reader:
         return list(value)
 
 
-def _dissent_depth(item: _Reader, *, text: str, citations: int) -> tuple[Depth, bool]:
+def _dissent_depth(item: DocumentReader, *, text: str, citations: int) -> tuple[Depth, bool]:
     """The depth of an imported dissent, and whether its novelty is known.
 
     The length and citation parts are always recomputed from the text. The novelty is the
@@ -171,7 +171,7 @@ def _dissent_depth(item: _Reader, *, text: str, citations: int) -> tuple[Depth, 
     return replace(parts, novelty=novelty, depth=total), known
 
 
-def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
+def _dissent_row(item: DocumentReader, agent: Agent, now: datetime) -> Dissent:
     occurred = item.when("timestamp")
     assert occurred is not None
     text = item.body("dissent_text")
@@ -203,7 +203,7 @@ def _dissent_row(item: _Reader, agent: Agent, now: datetime) -> Dissent:
     )
 
 
-def _override_row(item: _Reader, agent: Agent, now: datetime) -> Override:
+def _override_row(item: DocumentReader, agent: Agent, now: datetime) -> Override:
     occurred = item.when("timestamp")
     assert occurred is not None
     agent_output = item.body("agent_output")
@@ -244,7 +244,7 @@ def _override_row(item: _Reader, agent: Agent, now: datetime) -> Override:
     )
 
 
-def _history_rows(document: _Reader, agent: Agent) -> list[TrustScoreChange]:
+def _history_rows(document: DocumentReader, agent: Agent) -> list[TrustScoreChange]:
     rows = []
     for item in document.items("trust_score_history"):
         at = item.when("timestamp")
@@ -262,7 +262,7 @@ def _history_rows(document: _Reader, agent: Agent) -> list[TrustScoreChange]:
     return rows
 
 
-def _agent_fields(document: _Reader) -> dict[str, Any]:
+def _agent_fields(document: DocumentReader) -> dict[str, Any]:
     name = document.text("agent_name")
     if not name.strip():
         raise _invalid("agent_name", "is empty")
@@ -287,7 +287,7 @@ def agent_import(
     a score that ignored 20 regretted overrides would otherwise stand until the next recompute.
     """
     moment = now or timezone.now()
-    reader = _Reader(document, "")
+    reader = DocumentReader(document, "")
     fields = _agent_fields(reader)
     rounds = reader.value.get("rounds_participated", 0)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:

@@ -1,0 +1,275 @@
+"""Import of the full export (``trust.interchange.lines``): the document, line by line, through
+the services that write each kind of row, so every row has the ledger events a rebuild replays.
+
+The whole import is one transaction holding the tenant's write lock: a malformed line (named by
+its number) or a refused write leaves nothing behind. Lines are read one at a time and memories
+stored in batches, so a large document is never held in memory (the transaction is, by
+PostgreSQL, not by us).
+
+An import is refused into a tenant that already holds agents, memories, knowledge, content or a
+rubric (``import_target_not_empty``), unless ``merge`` is asked for: then the lines are added to
+what is there, an agent already known gets its memories and items (and its trust record if it
+has none yet: two trust histories are never merged), and the rubric lines are skipped when the
+tenant has a rubric of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from config.api import ApiError
+from ledger.models import Agent, Tenant
+from ledger.services import tenant_write_lock
+from memory.content.services import ActionRecord, ItemDraft, content_item_import
+from memory.episodic.services import MEMORY_BATCH_MAX, MemoryRecord, memories_import
+from memory.knowledge.services import DocumentFields, knowledge_document_create
+from memory.models import ContentItem, KnowledgeDocument, Memory
+from trust.governance.models import RubricVersion
+from trust.governance.services import CriterionDraft, rubric_version_create
+from trust.interchange.lines import FORMAT, VERSION
+from trust.interchange.services import DocumentReader, agent_import
+
+
+class ExportLineInvalid(ApiError):
+    """A line of the document that cannot be imported: its number and what is wrong."""
+
+    def __init__(self, *, line: int, problem: str) -> None:
+        super().__init__(
+            code="invalid_export_line",
+            message=f"line {line}: {problem}",
+            details={"line": line, "problem": problem},
+        )
+        self.line = line
+
+
+@dataclass
+class ImportSummary:
+    lines: int = 0
+    imported: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def tenant_is_empty(tenant: Tenant) -> bool:
+    return not any(
+        model.objects.filter(tenant=tenant).exists()
+        for model in (Agent, Memory, KnowledgeDocument, ContentItem, RubricVersion)
+    )
+
+
+class _Importer:
+    def __init__(self, *, tenant: Tenant, actor: str, merge: bool) -> None:
+        self.tenant = tenant
+        self.actor = actor
+        self.merge = merge
+        self.summary = ImportSummary()
+        self.agents: dict[str, Agent] = {}
+        self.rubric_skipped = merge and RubricVersion.objects.filter(tenant=tenant).exists()
+        # Memories wait here until the batch is full or another agent's come: the store embeds
+        # and inserts a batch at once. Each keeps its line number for the error of a bad batch.
+        self.pending: list[tuple[int, MemoryRecord]] = []
+        self.pending_agent: Agent | None = None
+        self.writers: dict[str, Callable[[DocumentReader], None]] = {
+            "rubric_version": self._rubric_version,
+            "knowledge_document": self._knowledge_document,
+            "agent": self._agent,
+            "content_item": self._content_item,
+        }
+
+    def line(self, number: int, value: Any) -> None:
+        reader = DocumentReader(value, "")
+        kind = reader.text("type")
+        if number == 1:
+            if kind != "header":
+                raise ExportLineInvalid(line=1, problem="the first line must be the header")
+            self._header(reader)
+        elif kind == "memory":
+            # Counted when its batch is stored.
+            self._memory(number, reader)
+        elif kind == "rubric_version" and self.rubric_skipped:
+            self.summary.skipped[kind] += 1
+        elif kind in self.writers:
+            self._flush()
+            self.writers[kind](reader)
+            self.summary.imported[kind] += 1
+        else:
+            raise ExportLineInvalid(line=number, problem=f"unknown type {kind!r}")
+
+    def _header(self, reader: DocumentReader) -> None:
+        if reader.value.get("format") != FORMAT:
+            raise ExportLineInvalid(line=1, problem=f"format must be {FORMAT!r}")
+        if reader.value.get("version") != VERSION:
+            raise ExportLineInvalid(
+                line=1, problem=f"version {reader.value.get('version')!r} is not {VERSION}"
+            )
+
+    def _rubric_version(self, reader: DocumentReader) -> None:
+        rubric_version_create(
+            tenant=self.tenant,
+            criteria=[
+                CriterionDraft(name=c.text("name", limit=100), description=c.text("description"))
+                for c in reader.items("criteria")
+            ],
+            actor=reader.text("created_by"),
+            note=reader.text("note", default="", limit=10_000),
+            now=self._when(reader, "created_at"),
+        )
+
+    def _knowledge_document(self, reader: DocumentReader) -> None:
+        knowledge_document_create(
+            tenant=self.tenant,
+            fields=DocumentFields(
+                title=reader.text("title", limit=10_000),
+                body=reader.text("body", limit=10**9),
+                kind=reader.text("kind"),
+                category=reader.text("category", default="", limit=10_000),
+                applies_to=tuple(reader.names("applies_to")),
+            ),
+            actor=self.actor,
+            publish=bool(reader.flag("published", nullable=False)),
+        )
+
+    def _agent(self, reader: DocumentReader) -> None:
+        document = {k: v for k, v in reader.value.items() if k != "type"}
+        agent = agent_import(tenant=self.tenant, document=document, actor=self.actor)
+        self.agents[agent.name] = agent
+
+    def _agent_named(self, reader: DocumentReader) -> Agent:
+        name = reader.text("agent")
+        agent = self.agents.get(name)
+        if agent is None:
+            raise reader.invalid("agent", f"names no agent line before it: {name!r}")
+        return agent
+
+    @staticmethod
+    def _when(reader: DocumentReader, key: str) -> datetime:
+        moment = reader.when(key)
+        assert moment is not None
+        return moment
+
+    def _memory(self, number: int, reader: DocumentReader) -> None:
+        agent = self._agent_named(reader)
+        count = reader.value.get("retrieval_count", 0)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise reader.invalid("retrieval_count", "must be a whole number, 0 or more")
+        record = MemoryRecord(
+            content=reader.text("content", limit=settings.MEMORY_MAX_CONTENT_CHARS),
+            role=reader.text("role"),
+            session_id=reader.text("session_id", default=""),
+            memory_type=reader.text("memory_type", limit=32),
+            importance=reader.number("importance", low=0.0, high=1.0),
+            metadata=reader.mapping("metadata"),
+            tags=reader.names("tags"),
+            occurred_at=self._when(reader, "occurred_at"),
+            created_at=self._when(reader, "created_at"),
+            updated_at=self._when(reader, "updated_at"),
+            expires_at=reader.when("expires_at", required=False),
+            last_retrieved_at=reader.when("last_retrieved_at", required=False),
+            retrieval_count=count,
+            archived_at=reader.when("archived_at", required=False),
+        )
+        if self.pending_agent is not None and self.pending_agent.pk != agent.pk:
+            self._flush()
+        self.pending_agent = agent
+        self.pending.append((number, record))
+        if len(self.pending) >= MEMORY_BATCH_MAX:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.pending or self.pending_agent is None:
+            return
+        try:
+            memories_import(
+                agent=self.pending_agent, records=[r for _, r in self.pending], actor=self.actor
+            )
+        except ApiError as exc:
+            index = int((exc.details or {}).get("index", 0))
+            raise ExportLineInvalid(line=self.pending[index][0], problem=str(exc.detail)) from exc
+        self.summary.imported["memory"] += len(self.pending)
+        self.pending = []
+
+    def _content_item(self, reader: DocumentReader) -> None:
+        action = None
+        if reader.value.get("action") is not None:
+            recorded = DocumentReader(reader.value["action"], "action")
+            returned = recorded.value.get("tokens_returned")
+            if returned is not None and (
+                isinstance(returned, bool) or not isinstance(returned, int)
+            ):
+                raise recorded.invalid("tokens_returned", "must be a whole number or null")
+            action = ActionRecord(
+                action_type=recorded.text("action_type"),
+                rendering=recorded.text("rendering", default="", limit=16),
+                compactor=recorded.text("compactor", default="", limit=100),
+                tokens_returned=returned,
+            )
+        if "content" not in reader.value:
+            raise reader.invalid("content", "is missing")
+        content_item_import(
+            agent=self._agent_named(reader),
+            actor=self.actor,
+            key=reader.text("id", limit=16),
+            action=action,
+            draft=ItemDraft(
+                content=reader.value["content"],
+                item_type=reader.text("item_type", limit=32),
+                scope=reader.text("scope", limit=8),
+                run_id=reader.text("run_id", default=""),
+                source=reader.text("source", default=""),
+                timestamp=self._when(reader, "timestamp"),
+                tags=reader.names("tags"),
+                related_to=reader.names("related_to"),
+            ),
+        )
+
+
+def tenant_import_lines(
+    *,
+    tenant: Tenant,
+    lines: Iterable[str],
+    actor: str,
+    merge: bool = False,
+    on_line: Callable[[int], object] | None = None,
+) -> ImportSummary:
+    """Import the document into ``tenant``: all of it, or (on the first bad line) nothing.
+
+    ``on_line`` is called with each line's number once it is read (a progress bar's step).
+    """
+    with transaction.atomic():
+        tenant_write_lock(tenant)
+        if not merge and not tenant_is_empty(tenant):
+            raise ApiError(
+                code="import_target_not_empty",
+                message=f"Tenant {tenant.slug!r} already holds data; import into an empty "
+                "tenant, or merge into this one explicitly.",
+                status_code=409,
+            )
+        importer = _Importer(tenant=tenant, actor=actor, merge=merge)
+        number = 0
+        for number, raw in enumerate(lines, start=1):
+            importer.summary.lines = number
+            if on_line is not None:
+                on_line(number)
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except ValueError as exc:
+                raise ExportLineInvalid(line=number, problem=f"is not JSON: {exc}") from exc
+            try:
+                importer.line(number, value)
+            except ExportLineInvalid:
+                raise
+            except ApiError as exc:
+                raise ExportLineInvalid(line=number, problem=str(exc.detail)) from exc
+        if number == 0:
+            raise ExportLineInvalid(line=1, problem="the document is empty")
+        importer._flush()
+    return importer.summary
