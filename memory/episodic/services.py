@@ -166,13 +166,14 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
                 or policies.expires_at_default(memory_type=memory_type, created_at=now),
             )
         )
-    return _memories_write(agent=agent, rows=rows, actor=actor, imported=False)
+    return _memories_write(agent=agent, rows=rows, actor=actor, histories=None)
 
 
 def _memories_write(
-    *, agent: Agent, rows: list[Memory], actor: str, imported: bool
+    *, agent: Agent, rows: list[Memory], actor: str, histories: Sequence[Any] | None
 ) -> list[Memory]:
-    """Embed what has no vector yet, then insert the rows, their keys and their events."""
+    """Embed what has no vector yet, then insert the rows, their keys and their events.
+    ``histories``: the rows are imported, and these are their recorded histories."""
     _embed_missing(rows)
     with transaction.atomic():
         tenant_write_lock(agent.tenant)
@@ -186,9 +187,11 @@ def _memories_write(
                 EventDraft(
                     kind="memory.stored",
                     actor=actor,
-                    payload=_stored_payload(memory, key.key, imported=imported),
+                    payload=_stored_payload(
+                        memory, key.key, history=None if histories is None else histories[n]
+                    ),
                 )
-                for memory, key in zip(stored, keys, strict=True)
+                for n, (memory, key) in enumerate(zip(stored, keys, strict=True))
             ],
         )
     return stored
@@ -212,6 +215,8 @@ class MemoryRecord:
     last_retrieved_at: datetime | None
     retrieval_count: int
     archived_at: datetime | None
+    # Its events where it was recorded (kind, actor, time): kept, as the ledger here cannot be.
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 def memory_record_problem(record: MemoryRecord) -> tuple[str, str] | None:
@@ -270,7 +275,9 @@ def memories_import(*, agent: Agent, records: Sequence[MemoryRecord], actor: str
         )
         for r in records
     ]
-    return _memories_write(agent=agent, rows=rows, actor=actor, imported=True)
+    return _memories_write(
+        agent=agent, rows=rows, actor=actor, histories=[r.history for r in records]
+    )
 
 
 def _session_position(memory: Memory) -> SessionPosition:
@@ -300,9 +307,12 @@ def _embed_missing(rows: Sequence[Memory]) -> None:
             memory.embedding_model = model
 
 
-def _stored_payload(memory: Memory, key: str, *, imported: bool = False) -> dict[str, Any]:
+def _stored_payload(
+    memory: Memory, key: str, *, history: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The ledger's copy: searchable facts in the clear, the content and metadata sealed. An
-    imported memory's payload adds the times and counts its export recorded."""
+    imported memory's (``history`` given) adds the times, counts and history its export
+    recorded."""
     payload = {
         "memory_id": memory.pk,
         "agent_id": memory.agent_id,
@@ -322,13 +332,14 @@ def _stored_payload(memory: Memory, key: str, *, imported: bool = False) -> dict
             },
         ),
     }
-    if imported:
+    if history is not None:
         payload["imported"] = {
             "created_at": memory.created_at.isoformat(),
             "updated_at": memory.updated_at.isoformat(),
             "last_retrieved_at": _iso(memory.last_retrieved_at),
             "retrieval_count": memory.retrieval_count,
             "archived_at": _iso(memory.archived_at),
+            "history": history,
         }
     return payload
 

@@ -164,6 +164,11 @@ def test_export_import_export_gives_the_same_bytes(full_tenant, other_tenant, tm
     assert memory["last_retrieved_at"]
     archived = [line for line in lines if line["type"] == "memory" and line["archived_at"]]
     assert [line["content"] for line in archived] == ["ok thanks"]
+    # Its history: the events of its store and its update, which the import keeps.
+    assert [(e["kind"], e["actor"]) for e in archived[0]["history"]] == [
+        ("memory.stored", "o"),
+        ("memory.updated", "o"),
+    ]
     assert Memory.objects.filter(tenant=other_tenant).count() == 4
     assert Memory.objects.filter(tenant=other_tenant, embedding__isnull=True).count() == 0
     assert Dissent.objects.filter(tenant=other_tenant).count() == 1

@@ -124,10 +124,53 @@ def export_lines(scope: ExportScope) -> Iterator[tuple[str, str]]:
             for key in _AGENT_DERIVED:
                 record.pop(key)
             yield "agent", export_line({"type": "agent", **record})
+        histories = memory_histories(scope)
+        history: tuple[int, list[dict[str, Any]]] | None = next(histories, None)
         for memory in scope.memories().iterator(chunk_size=_CHUNK):
-            yield "memory", export_line(_memory(memory, names[memory.agent_id]))
+            # Both in memory id order: a merge, never a query per memory.
+            while history is not None and history[0] < memory.pk:
+                history = next(histories, None)
+            events = history[1] if history is not None and history[0] == memory.pk else []
+            yield "memory", export_line(_memory(memory, names[memory.agent_id], events))
         for item in scope.content_items().iterator(chunk_size=_CHUNK):
             yield "content_item", export_line(_content_item(item, names[item.agent_id]))
+
+
+def memory_histories(scope: ExportScope) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """Each memory's history, in memory id order: its ``memory.stored`` and ``memory.updated``
+    events (kind, actor, time), as ``GET memories/{id}/history/`` lists them. An imported memory's
+    store event holds the history its export recorded, which stands in for that event.
+
+    One pass over the tenant's memory events, sorted by PostgreSQL and read in chunks through a
+    server-side cursor.
+    """
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT (payload->>'memory_id')::bigint AS memory_id, kind, actor, created_at,
+                   payload->'imported'->'history' AS recorded
+            FROM ledger_event
+            WHERE tenant_id = %(tenant)s AND kind IN ('memory.stored', 'memory.updated')
+              AND (%(agent)s::text IS NULL OR payload->>'agent_id' = %(agent)s)
+            ORDER BY memory_id, seq
+            """,
+            {"tenant": scope.tenant.pk, "agent": str(scope.agent.pk) if scope.agent else None},
+        )
+        current: int | None = None
+        entries: list[dict[str, Any]] = []
+        while rows := cursor.fetchmany(_CHUNK):
+            for memory_id, kind, actor, at, recorded in rows:
+                if memory_id != current:
+                    if current is not None:
+                        yield current, entries
+                    current, entries = memory_id, []
+                if recorded is not None:
+                    # Django has psycopg hand jsonb over as text, for its JSONField to decode.
+                    entries.extend(json.loads(recorded) if isinstance(recorded, str) else recorded)
+                else:
+                    entries.append({"kind": kind, "actor": actor, "at": timestamp_text(at)})
+        if current is not None:
+            yield current, entries
 
 
 def _rubric_version(version: RubricVersion) -> dict[str, Any]:
@@ -156,7 +199,7 @@ def _knowledge_document(document: KnowledgeDocument) -> dict[str, Any]:
     }
 
 
-def _memory(memory: Memory, agent: str) -> dict[str, Any]:
+def _memory(memory: Memory, agent: str, history: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "type": "memory",
         "agent": agent,
@@ -176,6 +219,7 @@ def _memory(memory: Memory, agent: str) -> dict[str, Any]:
         "last_retrieved_at": timestamp_text(memory.last_retrieved_at),
         "retrieval_count": memory.retrieval_count,
         "archived_at": timestamp_text(memory.archived_at),
+        "history": history,
     }
 
 

@@ -35,6 +35,7 @@ from memory.models import ContentItem, KnowledgeDocument, Memory
 from trust.governance.models import RubricVersion
 from trust.governance.services import CriterionDraft, rubric_version_create
 from trust.interchange.lines import FORMAT, VERSION
+from trust.interchange.selectors import timestamp_text
 from trust.interchange.services import DocumentReader, agent_import
 
 
@@ -174,6 +175,7 @@ class _Importer:
             last_retrieved_at=reader.when("last_retrieved_at", required=False),
             retrieval_count=count,
             archived_at=reader.when("archived_at", required=False),
+            history=[_history_entry(entry) for entry in reader.items("history")],
         )
         if self.pending_agent is not None and self.pending_agent.pk != agent.pk:
             self._flush()
@@ -228,6 +230,16 @@ class _Importer:
                 related_to=reader.names("related_to"),
             ),
         )
+
+
+def _history_entry(entry: DocumentReader) -> dict[str, Any]:
+    at = entry.when("at")
+    assert at is not None
+    return {
+        "kind": entry.text("kind", limit=100),
+        "actor": entry.text("actor"),
+        "at": timestamp_text(at),
+    }
 
 
 def tenant_import_lines(
