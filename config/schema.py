@@ -49,6 +49,7 @@ OPERATION_NAMES = {
     "events_verify_receipt_create": "events_verify_receipt",
     "trust_metrics_retrieve": "trust_metrics",
     "trust_export_retrieve": "trust_export",
+    "export_list": "export",
 }
 # drf-spectacular's action suffixes, as the client's methods name them.
 _SUFFIXES = {

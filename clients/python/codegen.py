@@ -51,6 +51,7 @@ GROUPS = {
     "trust": "trust",
     "rubric": "trust",
     "rubric-proposals": "trust",
+    "export": "trust",
 }
 # Types used by more than one area (and those no operation uses) go to this module of types/.
 SHARED = "common"
@@ -224,7 +225,11 @@ def _result(operation: dict[str, Any]) -> tuple[str, str | None]:
         response = operation.get("responses", {}).get(code)
         if response is None:
             continue
-        schema = response.get("content", {}).get("application/json", {}).get("schema")
+        content = response.get("content", {})
+        if "application/x-ndjson" in content:
+            # JSON Lines (the export): the transport hands back one object per line.
+            return "list[dict[str, Any]]", None
+        schema = content.get("application/json", {}).get("schema")
         if not schema:
             return "None", None
         if "$ref" in schema and ref_name(schema["$ref"]).startswith("Paginated"):

@@ -58,6 +58,7 @@ TENANT_WIDE = {
     "post /api/v1/overrides/{id}/revert/",
     "post /api/v1/overrides/{id}/revert/withdraw/",
     "post /api/v1/trust/import/",
+    "get /api/v1/export/",
     "post /api/v1/trust/recompute/",
     "post /api/v1/trust/devils-advocate/",
     "get /api/v1/flags/",

@@ -38,6 +38,7 @@ TRUST_CORE_ENDPOINTS: list[Endpoint] = [
     Endpoint("get", "/api/v1/trust/{id}/", Role.AGENT, target="agent"),
     Endpoint("get", "/api/v1/trust/{id}/export/", Role.AGENT, target="agent"),
     Endpoint("post", "/api/v1/trust/import/", Role.ADMIN, {"agent_name": "Imported1"}),
+    Endpoint("get", "/api/v1/export/", Role.ADMIN),
     Endpoint("post", "/api/v1/trust/recompute/", Role.ADMIN, {}),
 ]
 

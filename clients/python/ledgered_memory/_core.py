@@ -32,6 +32,8 @@ API_PREFIX = "/api/v1"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 # Sent with every answer to a request that appended ledger events.
 RECEIPT_HEADER = "Ledger-Receipt"
+# The media type of JSON Lines answers (the export), decoded into one object per line.
+NDJSON = "application/x-ndjson"
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,8 @@ class _Base:
             self.last_receipt = receipt
         if response.status_code == 204 or not response.content:
             body: Any = None
+        elif response.headers.get("Content-Type", "").startswith(NDJSON):
+            body = [json.loads(line) for line in response.text.splitlines() if line.strip()]
         else:
             try:
                 body = response.json()

@@ -42,6 +42,7 @@ OPERATIONS: dict[str, tuple[str, str, str]] = {
     "events_create_batch": ("POST", "/api/v1/events/batch/", "events_create_batch"),
     "events_verify": ("GET", "/api/v1/events/verify/", "events_verify"),
     "events_verify_receipt": ("POST", "/api/v1/events/verify-receipt/", "events_verify_receipt"),
+    "export": ("GET", "/api/v1/export/", "export"),
     "flags_list": ("GET", "/api/v1/flags/", "flags_list"),
     "flags_get": ("GET", "/api/v1/flags/{id}/", "flags_get"),
     "flags_review": ("POST", "/api/v1/flags/{id}/review/", "flags_review"),

@@ -12,6 +12,18 @@ from ledgered_memory._core import AsyncTransport, Call, Page, page_of, query, se
 class TrustOperations(AsyncTransport):
     """The trust operations of the API."""
 
+    async def export(self, *, agent: int | None = None) -> list[dict[str, Any]]:
+        """Export the tenant, or one agent, as JSON Lines (admin).
+
+        ``GET /api/v1/export/``
+
+        ``agent``: Only this agent's own rows
+        """
+        return cast(
+            "list[dict[str, Any]]",
+            await self.request(Call("GET", "/export/", params=query(agent=agent))),
+        )
+
     async def rubric_get(self) -> types.RubricVersion:
         """The current rubric version with its criteria.
 

@@ -12,6 +12,17 @@ from ledgered_memory._core import Call, Page, SyncTransport, page_of, query, seg
 class TrustOperations(SyncTransport):
     """The trust operations of the API."""
 
+    def export(self, *, agent: int | None = None) -> list[dict[str, Any]]:
+        """Export the tenant, or one agent, as JSON Lines (admin).
+
+        ``GET /api/v1/export/``
+
+        ``agent``: Only this agent's own rows
+        """
+        return cast(
+            "list[dict[str, Any]]", self.request(Call("GET", "/export/", params=query(agent=agent)))
+        )
+
     def rubric_get(self) -> types.RubricVersion:
         """The current rubric version with its criteria.
 
