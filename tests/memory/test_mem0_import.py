@@ -4,6 +4,7 @@ published v1.1 format) becomes episodic memories, once."""
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
@@ -158,3 +159,22 @@ def test_a_rebuild_after_the_import_changes_no_memory(tenant, dissent_embedder):
 
     results = json.loads(out.getvalue())["results"]
     assert {r["projection"]: r["equal"] for r in results}["memories"] is True
+
+
+class _Terminal(StringIO):
+    def isatty(self):
+        return True
+
+
+def test_it_draws_a_bar_on_a_terminal_and_says_what_it_did(tenant, dissent_embedder, monkeypatch):
+    stderr = _Terminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    out = StringIO()
+
+    call_command("import_mem0", str(FIXTURE), "--tenant", tenant.slug, "--agent", "A1", stdout=out)
+
+    assert "mem0" in stderr.getvalue()
+    assert "6/6" in stderr.getvalue()
+    assert out.getvalue() == (
+        "6 mem0 records: 5 imported, 0 already here, 1 expired; new agents: A1\n"
+    )

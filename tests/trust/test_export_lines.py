@@ -4,6 +4,7 @@ a rebuild after the import; refusals that leave nothing behind; the commands' su
 from __future__ import annotations
 
 import json
+import sys
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
@@ -328,3 +329,65 @@ def test_export_to_stdout_writes_the_document_only(full_tenant):
         "memory",
         "content_item",
     ]
+
+
+class _Terminal(StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_commands_draw_a_bar_on_a_terminal_and_keep_stdout_whole(
+    full_tenant, other_tenant, tmp_path, monkeypatch
+):
+    stderr = _Terminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    exported, imported = StringIO(), StringIO()
+
+    call_command(
+        "export_jsonl",
+        "--tenant",
+        full_tenant.slug,
+        "--output",
+        str(tmp_path / "a.jsonl"),
+        stdout=exported,
+    )
+    call_command(
+        "import_jsonl", str(tmp_path / "a.jsonl"), "--tenant", other_tenant.slug, stdout=imported
+    )
+
+    drawn = stderr.getvalue()
+    assert "export" in drawn
+    assert "import" in drawn
+    assert "15/15" in drawn
+    assert exported.getvalue().startswith(f"Exported 15 lines to {tmp_path / 'a.jsonl'}")
+    assert imported.getvalue() == (
+        f"Imported 15 lines into {other_tenant.slug}: 2 agent, 3 content_item, "
+        "3 knowledge_document, 4 memory, 2 rubric_version\n"
+    )
+
+
+def test_import_json_summary_counts_what_it_wrote(full_tenant, other_tenant, tmp_path):
+    _export(full_tenant, tmp_path / "a.jsonl")
+    out = StringIO()
+
+    call_command(
+        "import_jsonl",
+        str(tmp_path / "a.jsonl"),
+        "--tenant",
+        other_tenant.slug,
+        "--json",
+        stdout=out,
+    )
+
+    assert json.loads(out.getvalue()) == {
+        "tenant": other_tenant.slug,
+        "lines": 15,
+        "imported": {
+            "agent": 2,
+            "content_item": 3,
+            "knowledge_document": 3,
+            "memory": 4,
+            "rubric_version": 2,
+        },
+        "skipped": {},
+    }
