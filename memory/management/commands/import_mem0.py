@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot read {path}: {exc.strerror}") from exc
         except ValueError as exc:
             raise CommandError(f"{path} is not JSON: {exc}") from exc
+        clock = time.monotonic()
         try:
             total = len(mem0_records(document))
             with progress_bar(total=total, description="mem0", unit="memory") as bar:
@@ -57,6 +59,7 @@ class Command(BaseCommand):
             self,
             as_json=options["json"],
             summary={
+                "seconds": round(time.monotonic() - clock, 3),
                 "tenant": tenant.slug,
                 "records": summary.records,
                 "imported": summary.imported,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ class Command(BaseCommand):
         output: Path | None = options["output"]
         if output is None and options["json"]:
             raise CommandError("--json needs --output: stdout carries the document.")
+        clock = time.monotonic()
         scope = ExportScope(tenant=tenant, agent=agent)
         counts: dict[str, int] = {}
         with progress_bar(total=export_line_count(scope), description="export", unit="line") as bar:
@@ -51,6 +53,7 @@ class Command(BaseCommand):
             self,
             as_json=options["json"],
             summary={
+                "seconds": round(time.monotonic() - clock, 3),
                 "tenant": tenant.slug,
                 "agent": agent.name if agent else None,
                 "output": str(output),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ class Command(BaseCommand):
         path: Path = options["file"]
         if str(path) != "-" and not path.is_file():
             raise CommandError(f"No file {path}.")
+        clock = time.monotonic()
         with progress_bar(total=_line_total(path), description="import", unit="line") as bar:
             try:
                 summary = tenant_import_lines(
@@ -69,6 +71,7 @@ class Command(BaseCommand):
             self,
             as_json=options["json"],
             summary={
+                "seconds": round(time.monotonic() - clock, 3),
                 "tenant": tenant.slug,
                 "lines": summary.lines,
                 "imported": imported,
