@@ -15,8 +15,11 @@ How a record becomes one of our memories (docs/integrations.md#moving-from-mem0)
   (an agent of that name is created when missing); a record with neither is refused;
 - ``run_id`` is the session; ``role`` is kept when it is one of ours, else ``user``;
 - ``created_at`` is when it happened (``occurred_at``); the store time is the import's;
-- ``categories`` become tags; ``expiration_date`` the expiry (a record already expired is
-  skipped); type and importance are inferred as for any memory stored without them;
+- ``categories`` become tags; type and importance are inferred as for any memory stored without
+  them, except that what would be a ``conversation`` is a ``fact`` (mem0 keeps facts it distilled,
+  not turns);
+- ``expiration_date`` is the expiry (a record already expired is skipped); without one, the
+  type's default TTL counts from the import, as for a memory stored today;
 - the record's ``metadata`` is kept as ours, and everything else mem0 said of it (its id,
   hash, user, agent, run, actor, app, times, ``immutable``) under ``metadata["mem0"]``.
 
@@ -42,6 +45,7 @@ from config.datetimes import client_datetime_parse
 from ledger.models import Agent, Tenant
 from ledger.names import agent_name_key
 from ledger.services import agent_create, agent_name_clean, tenant_write_lock
+from memory.episodic import policies
 from memory.episodic.services import MEMORY_BATCH_MAX, MemoryDraft, memories_store
 from memory.models import Memory, MemoryRole
 
@@ -144,13 +148,17 @@ def mem0_memory_read(
     if not isinstance(categories, list) or not all(isinstance(c, str) for c in categories):
         raise _invalid(index, "categories must be a list of strings")
     role = record.get("role")
+    role = role if role in MemoryRole.values else MemoryRole.USER
     traced = {key: record[key] for key in _TRACED if record.get(key) is not None}
+    memory_type = policies.memory_type_infer(content=content, role=role, metadata=metadata)
     return Mem0Memory(
         mem0_id=mem0_id,
         agent_name=agent_name,
         draft=MemoryDraft(
             content=content,
-            role=role if role in MemoryRole.values else MemoryRole.USER,
+            role=role,
+            # mem0 keeps facts it distilled from conversations, never the turns themselves.
+            memory_type=policies.FACT if memory_type == policies.CONVERSATION else memory_type,
             session_id=_text(record, "run_id", index) or "",
             metadata={**metadata, "mem0": traced},
             tags=list(dict.fromkeys(c[:_TAG_MAX_CHARS] for c in categories if c.strip())),

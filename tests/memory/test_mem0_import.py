@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 
@@ -65,6 +65,9 @@ def test_it_imports_every_live_record_into_the_named_agent(tenant, dissent_embed
             "updated_at": "2024-08-01T18:45:12.000001+02:00",
         },
     }
+    # A distilled fact, not a turn: it keeps a fact's 90 days from the import, not 7.
+    assert memories["01"].memory_type == "fact"
+    assert memories["01"].expires_at - memories["01"].created_at == timedelta(days=90)
     assert memories["04"].tags == ["travel", "personal_details"]
     assert memories["04"].metadata["mem0"]["app_id"] == "web"
     assert "mem0" not in memories["06"].metadata["mem0"]

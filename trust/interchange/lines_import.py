@@ -260,7 +260,7 @@ def tenant_import_lines(
             raise ApiError(
                 code="import_target_not_empty",
                 message=f"Tenant {tenant.slug!r} already holds data; import into an empty "
-                "tenant, or merge into this one explicitly.",
+                "tenant, or merge into this one on purpose (import_jsonl --merge).",
                 status_code=409,
             )
         importer = _Importer(tenant=tenant, actor=actor, merge=merge)

@@ -61,7 +61,7 @@ class Command(BaseCommand):
                 "bytes": output.stat().st_size,
                 "counts": counts,
             },
-            text=f"Exported {lines} lines to {output} "
+            text=f"Exported {lines} lines to {output}: "
             + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())),
         )
 
