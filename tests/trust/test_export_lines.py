@@ -393,3 +393,12 @@ def test_import_json_summary_counts_what_it_wrote(full_tenant, other_tenant, tmp
         },
         "skipped": {},
     }
+
+
+@pytest.mark.parametrize("command", ["export_jsonl", "import_jsonl", "import_mem0"])
+def test_an_unknown_tenant_is_named_with_how_to_make_it(command, db, tmp_path):
+    (tmp_path / "f.json").write_text("{}")
+    args = [] if command == "export_jsonl" else [str(tmp_path / "f.json")]
+
+    with pytest.raises(CommandError, match=r"No tenant 'nope'\. Create it with: .*create_tenant"):
+        call_command(command, *args, "--tenant", "nope")

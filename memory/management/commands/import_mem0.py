@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config.api import ApiError
 from config.progress import json_option_add, progress_bar, summary_write
-from ledger.models import Tenant
+from ledger.management.tenants import tenant_named, tenant_option_add
 from ledger.services import SYSTEM_ACTOR
 from memory.episodic.mem0 import mem0_memories_import, mem0_records
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path, help="mem0's get_all answer, as JSON")
-        parser.add_argument("--tenant", required=True, help="Tenant slug")
+        tenant_option_add(parser)
         parser.add_argument(
             "--agent",
             help="The agent every memory goes to (created if missing); without it, each "
@@ -31,9 +31,7 @@ class Command(BaseCommand):
         json_option_add(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
-        if tenant is None:
-            raise CommandError(f"No tenant '{options['tenant']}'.")
+        tenant = tenant_named(options["tenant"])
         path: Path = options["file"]
         try:
             document = json.loads(path.read_text(encoding="utf-8"))

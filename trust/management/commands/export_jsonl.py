@@ -7,18 +7,20 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config.progress import json_option_add, progress_bar, summary_write
-from ledger.models import Agent, Tenant
+from ledger.management.tenants import tenant_named, tenant_option_add
+from ledger.models import Agent
 from trust.interchange.lines import ExportScope, export_line_count, export_lines
 
 
 class Command(BaseCommand):
     help = (
         "Export a tenant, or one of its agents, as JSON Lines: agents with their trust record, "
-        "memories, knowledge base, content items and rubric (docs/integrations.md#export)."
+        "memories, knowledge base, content items and rubric "
+        "(docs/integrations.md#export-and-import)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--tenant", required=True, help="Tenant slug")
+        tenant_option_add(parser)
         parser.add_argument("--agent", help="Only this agent (its own rows)")
         parser.add_argument(
             "--output", type=Path, help="File to write; stdout (the document only) if omitted"
@@ -26,9 +28,7 @@ class Command(BaseCommand):
         json_option_add(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
-        if tenant is None:
-            raise CommandError(f"No tenant '{options['tenant']}'.")
+        tenant = tenant_named(options["tenant"])
         agent = None
         if options["agent"]:
             agent = Agent.objects.filter(tenant=tenant, name=options["agent"]).first()

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config.api import ApiError
 from config.progress import json_option_add, progress_bar, summary_write
-from ledger.models import Tenant
+from ledger.management.tenants import tenant_named, tenant_option_add
 from ledger.services import SYSTEM_ACTOR
 from trust.interchange.lines_import import tenant_import_lines
 
@@ -38,7 +38,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path, help="The export; - reads stdin")
-        parser.add_argument("--tenant", required=True, help="Tenant slug")
+        tenant_option_add(parser)
         parser.add_argument(
             "--merge",
             action="store_true",
@@ -48,9 +48,7 @@ class Command(BaseCommand):
         json_option_add(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
-        if tenant is None:
-            raise CommandError(f"No tenant '{options['tenant']}'.")
+        tenant = tenant_named(options["tenant"])
         path: Path = options["file"]
         if str(path) != "-" and not path.is_file():
             raise CommandError(f"No file {path}.")
