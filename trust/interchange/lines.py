@@ -1,4 +1,5 @@
-"""The full export: one agent or a whole tenant as JSON Lines (docs/integrations.md#export).
+"""The full export: one agent or a whole tenant as JSON Lines
+(docs/integrations.md#export-and-import).
 
 Each line is one JSON object whose ``type`` says what it holds, written in the order an import
 needs them: the ``header``; for a tenant, the ``rubric_version`` lines and the
