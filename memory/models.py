@@ -10,6 +10,7 @@ from memory.content.models import (
     ContentFormat,
     ContentItem,
     ContentItemType,
+    ContentSavingsDay,
     ContentScope,
     ContentSnapshot,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "ContentFormat",
     "ContentItem",
     "ContentItemType",
+    "ContentSavingsDay",
     "ContentScope",
     "ContentSnapshot",
     "EventEmbedding",

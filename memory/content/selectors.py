@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -172,18 +172,30 @@ class SavingsOverview:
     runs_total: int
 
 
-# Per run and agent first, then per run: both steps hash-aggregate in memory, where a
-# DISTINCT list of agents per run would sort every row (to disk, at 100,000 results). The totals
-# come with the runs as window sums over all of them, before the LIMIT: one pass over the rows.
+# The period's results come from the daily sums of its whole days (``ContentSavingsDay``) and,
+# for the part of its first day after ``since``, from the items themselves: a few thousand rows
+# at 100,000 results a month, read by index. Per run and agent first, then per run: both steps
+# hash-aggregate in memory, where a DISTINCT list of agents per run would sort every row. The
+# totals come with the runs as window sums over all of them, before the LIMIT.
 RUNS_SAVINGS_SQL = """
-WITH per_agent AS (
-    SELECT run_id, agent_id, count(*) AS results,
-           count(*) FILTER (WHERE rendering = 'full') AS full_renderings,
-           sum(tokens_full) AS tokens_full, sum(tokens_returned) AS tokens_returned,
-           max(timestamp) AS last_result_at
+WITH parts AS (
+    SELECT run_id, agent_id, results, full_renderings, tokens_full, tokens_returned,
+           last_result_at
+    FROM memory_contentsavingsday
+    WHERE tenant_id = %(tenant)s AND (%(first_day)s::date IS NULL OR day >= %(first_day)s::date)
+    UNION ALL
+    SELECT run_id, agent_id, 1, (rendering = 'full')::int, tokens_full, tokens_returned,
+           timestamp
     FROM memory_contentitem
-    WHERE tenant_id = %(tenant)s AND tokens_returned IS NOT NULL
-      AND (%(since)s::timestamptz IS NULL OR timestamp >= %(since)s::timestamptz)
+    WHERE %(since)s::timestamptz IS NOT NULL
+      AND tenant_id = %(tenant)s AND tokens_returned IS NOT NULL
+      AND timestamp >= %(since)s::timestamptz AND timestamp < %(first_day_at)s::timestamptz
+),
+per_agent AS (
+    SELECT run_id, agent_id, sum(results) AS results, sum(full_renderings) AS full_renderings,
+           sum(tokens_full) AS tokens_full, sum(tokens_returned) AS tokens_returned,
+           max(last_result_at) AS last_result_at
+    FROM parts
     GROUP BY run_id, agent_id
 ),
 per_run AS (
@@ -203,14 +215,29 @@ LIMIT %(limit)s
 """
 
 
+def _first_whole_day(since: datetime | None) -> datetime | None:
+    """The first UTC midnight at or after ``since``: the daily sums count from that day on."""
+    if since is None:
+        return None
+    midnight = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight if midnight == since else midnight + timedelta(days=1)
+
+
 def content_runs_savings(
     *, tenant: Tenant, since: datetime | None, limit: int = 50
 ) -> SavingsOverview:
     """Every run's token savings, the runs with the latest results first, and the totals over
-    all runs since ``since``: one pass over the tenant's action results (SQL does the sums),
+    all runs since ``since``: one pass over the period's daily sums (SQL does the sums),
     and one lookup of the listed runs' agent names."""
+    first_day_at = _first_whole_day(since)
+    params = {
+        "tenant": tenant.pk,
+        "since": since,
+        "first_day": first_day_at.date() if first_day_at else None,
+        "first_day_at": first_day_at,
+    }
     with connection.cursor() as cursor:
-        cursor.execute(RUNS_SAVINGS_SQL, {"tenant": tenant.pk, "since": since, "limit": limit})
+        cursor.execute(RUNS_SAVINGS_SQL, {**params, "limit": limit})
         rows = rows_named(cursor)
     names = dict(
         Agent.objects.filter(
