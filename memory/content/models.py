@@ -140,7 +140,8 @@ class ContentSavingsDay(models.Model):
     items. The counted columns of an item never change after it is stored, and an item goes
     only with its agent or tenant, whose deletion cascades here too."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    # Indexed first in both indexes below.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     day = models.DateField()
     run_id = models.CharField(max_length=200, blank=True, default="")
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
@@ -152,11 +153,13 @@ class ContentSavingsDay(models.Model):
 
     class Meta:
         constraints = [
-            # Also the index of the page's read: the tenant's days since a date.
+            # Also the index of the agents of the runs the page lists.
             models.UniqueConstraint(
-                fields=["tenant", "day", "run_id", "agent"], name="contentsavingsday_key"
+                fields=["tenant", "run_id", "agent", "day"], name="contentsavingsday_key"
             )
         ]
+        # The page's read: the tenant's days since a date.
+        indexes = [models.Index(fields=["tenant", "day"], name="contentsavingsday_day")]
 
     def __str__(self) -> str:
         return f"savings of run {self.run_id!r} by agent {self.agent_id} on {self.day}"

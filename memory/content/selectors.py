@@ -174,44 +174,47 @@ class SavingsOverview:
 
 # The period's results come from the daily sums of its whole days (``ContentSavingsDay``) and,
 # for the part of its first day after ``since``, from the items themselves: a few thousand rows
-# at 100,000 results a month, read by index. Per run and agent first, then per run: both steps
-# hash-aggregate in memory, where a DISTINCT list of agents per run would sort every row. The
-# totals come with the runs as window sums over all of them, before the LIMIT.
+# at 100,000 results a month, read by index and hash-aggregated per run. The totals come with
+# the runs as window sums over all of them, before the LIMIT. Only the listed runs look up
+# their agents, by index: an agent acted in the run in the period if one of its sums there
+# ends at or after ``since`` (the sums of the first day end after it only if a result does).
 RUNS_SAVINGS_SQL = """
 WITH parts AS (
-    SELECT run_id, agent_id, results, full_renderings, tokens_full, tokens_returned,
-           last_result_at
+    SELECT run_id, results, full_renderings, tokens_full, tokens_returned, last_result_at
     FROM memory_contentsavingsday
     WHERE tenant_id = %(tenant)s AND (%(first_day)s::date IS NULL OR day >= %(first_day)s::date)
     UNION ALL
-    SELECT run_id, agent_id, 1, (rendering = 'full')::int, tokens_full, tokens_returned,
-           timestamp
+    SELECT run_id, 1, (rendering = 'full')::int, tokens_full, tokens_returned, timestamp
     FROM memory_contentitem
     WHERE %(since)s::timestamptz IS NOT NULL
       AND tenant_id = %(tenant)s AND tokens_returned IS NOT NULL
       AND timestamp >= %(since)s::timestamptz AND timestamp < %(first_day_at)s::timestamptz
 ),
-per_agent AS (
-    SELECT run_id, agent_id, sum(results) AS results, sum(full_renderings) AS full_renderings,
+per_run AS (
+    SELECT run_id, sum(results) AS results, sum(full_renderings) AS full_renderings,
            sum(tokens_full) AS tokens_full, sum(tokens_returned) AS tokens_returned,
            max(last_result_at) AS last_result_at
-    FROM parts
-    GROUP BY run_id, agent_id
+    FROM parts GROUP BY run_id
 ),
-per_run AS (
-    SELECT run_id, array_agg(agent_id) AS agent_ids, sum(results) AS results,
-           sum(full_renderings) AS full_renderings, sum(tokens_full) AS tokens_full,
-           sum(tokens_returned) AS tokens_returned, max(last_result_at) AS last_result_at
-    FROM per_agent GROUP BY run_id
+listed AS (
+    SELECT run_id, results, full_renderings, tokens_full, tokens_returned, last_result_at,
+           count(*) OVER () AS runs_total, sum(results) OVER () AS all_results,
+           sum(full_renderings) OVER () AS all_full_renderings,
+           sum(tokens_full) OVER () AS all_tokens_full,
+           sum(tokens_returned) OVER () AS all_tokens_returned
+    FROM per_run
+    ORDER BY last_result_at DESC, run_id
+    LIMIT %(limit)s
 )
-SELECT run_id, agent_ids, results, full_renderings, tokens_full, tokens_returned,
-       last_result_at, count(*) OVER () AS runs_total, sum(results) OVER () AS all_results,
-       sum(full_renderings) OVER () AS all_full_renderings,
-       sum(tokens_full) OVER () AS all_tokens_full,
-       sum(tokens_returned) OVER () AS all_tokens_returned
-FROM per_run
+SELECT listed.*, ARRAY(
+           SELECT DISTINCT agent_id FROM memory_contentsavingsday
+           WHERE tenant_id = %(tenant)s AND run_id = listed.run_id
+             AND (%(since)s::timestamptz IS NULL
+                  OR (day >= (%(since)s::timestamptz AT TIME ZONE 'UTC')::date
+                      AND last_result_at >= %(since)s::timestamptz))
+       ) AS agent_ids
+FROM listed
 ORDER BY last_result_at DESC, run_id
-LIMIT %(limit)s
 """
 
 

@@ -214,7 +214,7 @@ INSERT INTO memory_contentsavingsday AS d (tenant_id, day, run_id, agent_id, res
     full_renderings, tokens_full, tokens_returned, last_result_at)
 VALUES (%(tenant)s, (%(at)s::timestamptz AT TIME ZONE 'UTC')::date, %(run)s, %(agent)s, 1,
         %(full)s, %(tokens_full)s, %(tokens_returned)s, %(at)s)
-ON CONFLICT (tenant_id, day, run_id, agent_id) DO UPDATE SET
+ON CONFLICT (tenant_id, run_id, agent_id, day) DO UPDATE SET
     results = d.results + 1,
     full_renderings = d.full_renderings + excluded.full_renderings,
     tokens_full = d.tokens_full + excluded.tokens_full,

@@ -50,6 +50,7 @@ class Migration(migrations.Migration):
                 (
                     "tenant",
                     models.ForeignKey(
+                        db_index=False,
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="+",
                         to="ledger.tenant",
@@ -57,9 +58,10 @@ class Migration(migrations.Migration):
                 ),
             ],
             options={
+                "indexes": [models.Index(fields=["tenant", "day"], name="contentsavingsday_day")],
                 "constraints": [
                     models.UniqueConstraint(
-                        fields=("tenant", "day", "run_id", "agent"), name="contentsavingsday_key"
+                        fields=("tenant", "run_id", "agent", "day"), name="contentsavingsday_key"
                     )
                 ],
             },
