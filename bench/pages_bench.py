@@ -47,7 +47,7 @@ def say(text: str) -> None:
 EVENTS_SQL = """
 INSERT INTO ledger_event (tenant_id, seq, run_id, round_id, turn, actor, kind, payload,
                           created_at, prev_hash, hash)
-SELECT %(tenant)s, g, 'run_' || (g / 50), '', g %% 50, 'agent-' || (g %% 40),
+SELECT %(tenant)s, %(after)s + g, 'run_' || (g / 50), '', g %% 50, 'agent-' || (g %% 40),
        'kind.' || (g %% 60),
        jsonb_build_object('text', 'observation number ' || g, 'value', g * 0.5),
        %(start)s::timestamptz + (g * %(step)s) * interval '1 second',
@@ -88,7 +88,8 @@ def load(*, events: int, results: int) -> tuple[Any, Any]:
         started = time.perf_counter()
         with connection.cursor() as cursor:
             cursor.execute(
-                EVENTS_SQL, {"tenant": tenant.pk, "start": start, "step": step, "events": size}
+                EVENTS_SQL,
+                {"tenant": tenant.pk, "after": 0, "start": start, "step": step, "events": size},
             )
         say(f"{slug}: {size:,} events in {time.perf_counter() - started:.1f} s")
         for number in range(40):
