@@ -76,6 +76,7 @@ def load(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
             ("score", "float8"),
             ("reason", "varchar"),
             ("components", "jsonb"),
+            ("cause", "jsonb"),
         ),
     )
     now = datetime.now(UTC)
@@ -110,7 +111,7 @@ def load(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
             )  # fmt: skip
 
     def overrides() -> Any:
-        start = ids_reserve(conn, OVERRIDES, args.overrides)
+        start = overrides_first
         for j in range(args.overrides):
             # The newest share is still waiting for its deadline (24 h after it was logged).
             age = rng.uniform(600, 20 * 3600) if j < args.waiting else rng.uniform(DAY, 180 * DAY)
@@ -120,7 +121,7 @@ def load(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
                 start + j, tenant.pk, agent_ids[j % len(agent_ids)], f"r{j}", at(age), at(age),
                 {}, output, decision, text_hash(output), text_hash(decision),
                 rng.choice(PEOPLE), regret, at(age - DAY), "system" if regret else "",
-                at(age - DAY - 60) if regret else None, "inferred" if regret else "",
+                at(age - DAY - 60) if regret else None, "inferred" if regret else "", "",
             )  # fmt: skip
 
     def changes() -> Any:
@@ -129,11 +130,21 @@ def load(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
             for k in range(args.changes):
                 score = min(max(score + rng.uniform(-0.03, 0.03), 0.05), 0.95)
                 age = (args.changes - k) * (180 * DAY / args.changes)
-                yield (tenant.pk, agent_id, at(age), score, rng.choice(REASONS), json.dumps({}))
+                reason = rng.choice(REASONS)
+                yield (tenant.pk, agent_id, at(age), score, reason, json.dumps({}),
+                       cause(reason))  # fmt: skip
+
+    def cause(reason: str) -> dict[str, Any]:
+        # What the agent page links each change to (a dissent, or overrides and a reviewer).
+        if reason.startswith("dissent"):
+            return {"dissent_id": first + rng.randrange(args.dissents), "by": "system"}
+        override = overrides_first + rng.randrange(args.overrides)
+        return {"override_ids": [override], "round_id": f"r{override}", "by": rng.choice(PEOPLE)}
 
     say(f"COPY {args.dissents:,} dissents, {args.overrides:,} overrides, "
         f"{args.agents * args.changes:,} trust changes")  # fmt: skip
     started = time.perf_counter()
+    overrides_first = ids_reserve(conn, OVERRIDES, args.overrides)
     copy_rows(conn, DISSENTS, dissents())
     copy_rows(conn, OVERRIDES, overrides())
     copy_rows(conn, changes_table, changes())
