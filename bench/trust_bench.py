@@ -116,7 +116,7 @@ OVERRIDES = Table(
         ("agent_output", "text"), ("human_decision", "text"), ("agent_output_hash", "varchar"),
         ("decision_hash", "varchar"), ("decided_by", "varchar"), ("regret", "bool"),
         ("auto_check_deadline", "timestamptz"), ("reverted_by", "varchar"),
-        ("reverted_at", "timestamptz"), ("revert_reason", "varchar"),
+        ("reverted_at", "timestamptz"), ("revert_reason", "varchar"), ("revert_note", "text"),
     ),
 )  # fmt: skip
 ROUNDS = Table(

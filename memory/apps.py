@@ -11,6 +11,7 @@ class MemoryConfig(AppConfig):
         from ledger.demo import demo_seeder_register
         from ledger.jobs import job_register
         from ledger.projections import agent_deletion_step_register, projection_register
+        from memory.content.projection import ContentSavingsProjection
         from memory.context.working_memory import register_kinds
         from memory.demo import memory_demo_seed
         from memory.embeddings.projection import EventEmbeddingIndex
@@ -22,6 +23,7 @@ class MemoryConfig(AppConfig):
         projection_register(EventEmbeddingIndex())
         projection_register(MemoryProjection())
         projection_register(KnowledgeProjection())
+        projection_register(ContentSavingsProjection())
         agent_deletion_step_register(agent_memory_keys_shred)
         register_kinds()
         demo_seeder_register("memory", memory_demo_seed)

@@ -1,6 +1,7 @@
 """Memory's tables, defined by the concept that owns each (``memory/<concept>/models.py``) and
 imported here so Django finds them under the ``memory`` app. Each is a projection of the ledger
-or data derived from it, except the content store's items (primary data, audited in the ledger).
+or data derived from it, except the content store's items (primary data, audited in the ledger)
+and the token savings' daily sums derived from them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from memory.content.models import (
     ContentFormat,
     ContentItem,
     ContentItemType,
+    ContentSavingsDay,
     ContentScope,
     ContentSnapshot,
 )
@@ -29,6 +31,7 @@ __all__ = [
     "ContentFormat",
     "ContentItem",
     "ContentItemType",
+    "ContentSavingsDay",
     "ContentScope",
     "ContentSnapshot",
     "EventEmbedding",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -202,7 +202,10 @@ def content_item_import(
         item.rendering = action.rendering
         item.compactor = action.compactor
         item.tokens_returned = action.tokens_returned
-    return _item_save(item, actor=actor)
+    saved = _item_save(item, actor=actor)
+    if action is not None:
+        _savings_day_add(saved)
+    return saved
 
 
 # --- The action-result flow ----------------------------------------------------------------------
@@ -241,6 +244,38 @@ def _seen_before(agent: Agent, run_id: str, action_type: str) -> bool:
     return ContentItem.objects.filter(
         tenant_id=agent.tenant_id, agent=agent, run_id=run_id, action_type=action_type
     ).exists()
+
+
+# One more result in its run's, agent's and day's sums (the token savings page reads those);
+# ``memory.content.projection`` rebuilds the same rows from the items.
+_SAVINGS_DAY_ADD_SQL = """
+INSERT INTO memory_contentsavingsday AS d (tenant_id, day, run_id, agent_id, results,
+    full_renderings, tokens_full, tokens_returned, last_result_at)
+VALUES (%(tenant)s, (%(at)s::timestamptz AT TIME ZONE 'UTC')::date, %(run)s, %(agent)s, 1,
+        %(full)s, %(tokens_full)s, %(tokens_returned)s, %(at)s)
+ON CONFLICT (tenant_id, run_id, agent_id, day) DO UPDATE SET
+    results = d.results + 1,
+    full_renderings = d.full_renderings + excluded.full_renderings,
+    tokens_full = d.tokens_full + excluded.tokens_full,
+    tokens_returned = d.tokens_returned + excluded.tokens_returned,
+    last_result_at = greatest(d.last_result_at, excluded.last_result_at)
+"""
+
+
+def _savings_day_add(item: ContentItem) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SAVINGS_DAY_ADD_SQL,
+            {
+                "tenant": item.tenant_id,
+                "at": item.timestamp,
+                "run": item.run_id,
+                "agent": item.agent_id,
+                "full": int(item.rendering == "full"),
+                "tokens_full": item.tokens_full,
+                "tokens_returned": item.tokens_returned,
+            },
+        )
 
 
 def action_result_record(
@@ -295,6 +330,7 @@ def action_result_record(
             item.rendering, item.compactor = "compacted", compaction.compactor
         item.tokens_returned = token_count(conversation)
         item.save()
+        _savings_day_add(item)
         events_append(tenant=agent.tenant, drafts=[_stored_draft(item, actor)])
     return ActionResultOutcome(
         item=item, first_time=first_time, conversation=conversation, summary=summary
