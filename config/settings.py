@@ -261,6 +261,9 @@ if TRUSTED_PROXY_COUNT < 0:
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 API_KEY_LAST_USED_RESOLUTION_SECONDS = 60
+# Verified API keys are kept per process for this long at most (ledger.key_cache); every change
+# to a key or a tenant makes every process read them again at once. 0: a query per request.
+API_KEY_CACHE_SECONDS = env_int("API_KEY_CACHE_SECONDS", 30)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["ledger.auth.ApiKeyAuthentication"],

@@ -9,6 +9,7 @@ class LedgerConfig(AppConfig):
 
     def ready(self) -> None:
         import config.checks  # noqa: F401 (registers the start-up checks)
+        import ledger.key_cache  # noqa: F401 (forgets verified keys when one changes)
         from ledger.agent_projection import AgentProjection
         from ledger.jobs import CHAIN_VERIFY, CHECKPOINT, IDEMPOTENCY_EXPIRY, job_register
         from ledger.projections import projection_register, service_kinds_register

@@ -8,9 +8,9 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from ledger import key_cache
 from ledger.models import Agent, ApiKey, Tenant
-from ledger.selectors import api_key_by_secret
-from ledger.services import actor_for_api_key, api_key_mark_used
+from ledger.services import actor_for_api_key, api_key_hash, api_key_mark_used
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "Malformed Authorization header; expected 'Bearer <key>'."
             )
-        api_key = api_key_by_secret(raw_key=header[1])
+        api_key = key_cache.api_key_verified(api_key_hash(header[1]))
         if api_key is None:
             raise exceptions.AuthenticationFailed()
-        api_key_mark_used(api_key=api_key)
+        if api_key_mark_used(api_key=api_key):
+            key_cache.api_key_used(api_key)
         return ApiPrincipal(api_key), api_key
 
     def authenticate_header(self, request: Request) -> str:

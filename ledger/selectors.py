@@ -28,13 +28,11 @@ from ledger.models import (
 _VERIFY_BATCH = 10_000
 
 
-def api_key_by_secret(*, raw_key: str) -> ApiKey | None:
-    """The active key with this secret, or None. Looks up by hash: the secret is never stored."""
-    from ledger.services import api_key_hash
-
+def api_key_by_hash(key_hash: str) -> ApiKey | None:
+    """The active key whose secret hashes to ``key_hash``, with its tenant and agent."""
     return (
         ApiKey.objects.select_related("tenant", "agent__tenant__recall_settings")
-        .filter(key_hash=api_key_hash(raw_key), revoked_at__isnull=True)
+        .filter(key_hash=key_hash, revoked_at__isnull=True)
         .first()
     )
 

@@ -28,6 +28,7 @@ from rest_framework import status
 
 from config import metrics
 from config.api import ApiError, Conflict
+from ledger import key_cache
 from ledger.chain import event_hash
 from ledger.models import (
     Agent,
@@ -454,6 +455,8 @@ def api_key_revoke(*, api_key: ApiKey, actor: str) -> ApiKey:
             revoked_at=timezone.now()
         )
         if revoked:
+            # Every process's cache of verified keys (ledger.key_cache) forgets it.
+            key_cache.api_keys_changed()
             event_append(
                 tenant=api_key.tenant,
                 kind="api_key.revoked",
@@ -464,12 +467,15 @@ def api_key_revoke(*, api_key: ApiKey, actor: str) -> ApiKey:
     return api_key
 
 
-def api_key_mark_used(*, api_key: ApiKey) -> None:
-    """Record use at most once a minute per key, so authentication is not a write per request."""
+def api_key_mark_used(*, api_key: ApiKey) -> bool:
+    """Record use at most once a minute per key, so authentication is not a write per request.
+
+    True when this call recorded it (or found another request recording it): ``last_used_at``
+    of the instance is then now."""
     now = timezone.now()
     cutoff = now - timedelta(seconds=settings.API_KEY_LAST_USED_RESOLUTION_SECONDS)
     if api_key.last_used_at is not None and api_key.last_used_at >= cutoff:
-        return  # the row just read says so: no statement at all
+        return False  # the row just read says so: no statement at all
     with transaction.atomic():
         # SKIP LOCKED: an API request runs in one transaction (ledger.scoping), so a concurrent
         # request of the same key that is recording its use holds the row until it answers.
@@ -484,6 +490,8 @@ def api_key_mark_used(*, api_key: ApiKey) -> None:
             .values("pk")
         )
         ApiKey.objects.filter(pk__in=unlocked).update(last_used_at=now)
+    api_key.last_used_at = now
+    return True
 
 
 # --- Client appends ------------------------------------------------------------------------------
