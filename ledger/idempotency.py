@@ -14,7 +14,8 @@ import hashlib
 import json
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection
+from django.utils import timezone
 from rest_framework import status
 from rest_framework.utils import encoders
 
@@ -23,6 +24,16 @@ from ledger.models import ApiKey, IdempotencyRecord
 
 HEADER = "HTTP_IDEMPOTENCY_KEY"
 MAX_KEY_LENGTH = 255
+
+CLAIM_SQL = """
+INSERT INTO ledger_idempotencyrecord (tenant_id, api_key_id, key, fingerprint, created_at)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (api_key_id, key) DO NOTHING
+RETURNING id
+"""
+COMPLETE_SQL = """
+UPDATE ledger_idempotencyrecord SET status_code = %s, response_body = %s::jsonb WHERE id = %s
+"""
 
 
 class IdempotentReplay(Exception):
@@ -51,15 +62,19 @@ def idempotency_claim(*, api_key: ApiKey, key: str, fingerprint: str) -> Idempot
             code="invalid_idempotency_key",
             message=f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} characters.",
         )
-    try:
-        with transaction.atomic():
-            return IdempotencyRecord.objects.create(
-                tenant_id=api_key.tenant_id, api_key=api_key, key=key, fingerprint=fingerprint
-            )
-    except IntegrityError:
-        # Another request of this API key holds or held the key. The insert above waited for it
-        # to commit, so the row read here is complete.
-        existing = IdempotencyRecord.objects.get(api_key=api_key, key=key)
+    # ON CONFLICT instead of catching the unique violation: no savepoint around the insert, so
+    # two statements fewer on every POST with a key (and raw SQL: no ORM compiling it).
+    with connection.cursor() as cursor:
+        cursor.execute(CLAIM_SQL, [api_key.tenant_id, api_key.pk, key, fingerprint, timezone.now()])
+        claimed = cursor.fetchone()
+    if claimed is not None:
+        return IdempotencyRecord(
+            id=claimed[0], tenant_id=api_key.tenant_id, api_key=api_key, key=key,
+            fingerprint=fingerprint,
+        )  # fmt: skip
+    # Another request of this API key holds or held the key. The insert above waited for it to
+    # commit, so the row read here is complete.
+    existing = IdempotencyRecord.objects.get(api_key=api_key, key=key)
     if existing.fingerprint != fingerprint:
         raise ApiError(
             code="idempotency_key_reused",
@@ -72,7 +87,7 @@ def idempotency_claim(*, api_key: ApiKey, key: str, fingerprint: str) -> Idempot
 def idempotency_complete(*, record: IdempotencyRecord, status_code: int, body: Any) -> None:
     # Stored as the renderer sends it: a view's response data may still hold datetimes, decimals
     # or UUIDs that only DRF's encoder turns into JSON (a search's hit details do).
-    rendered = json.loads(json.dumps(body, cls=encoders.JSONEncoder))
-    IdempotencyRecord.objects.filter(pk=record.pk).update(
-        status_code=status_code, response_body=rendered
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            COMPLETE_SQL, [status_code, json.dumps(body, cls=encoders.JSONEncoder), record.pk]
+        )
