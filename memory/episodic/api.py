@@ -24,6 +24,7 @@ from config.api import ApiError, CursorPagination
 from ledger.auth import ApiPrincipal
 from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
+from ledger.selectors import agent_named
 from memory.episodic.serializers import (
     MemoryBatchSerializer,
     MemoryHistorySerializer,
@@ -74,11 +75,7 @@ def agent_for_caller(principal: ApiPrincipal, name: str | None) -> Agent:
     if own is not None and own.name != name:
         raise NotFound()
     # The tenant and its recall settings come along: searches read both.
-    agent: Agent | None = (
-        Agent.objects.select_related("tenant__recall_settings")
-        .filter(tenant=principal.tenant, name=name)
-        .first()
-    )
+    agent = agent_named(tenant_id=principal.tenant.pk, name=name)
     if agent is None:
         raise NotFound()
     return agent
