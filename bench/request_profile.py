@@ -261,36 +261,44 @@ def main() -> None:
 
     with service_stack(ROOT / "var" / "bench-profile", workers=1) as stack:
         _, key, agents = seed(stack, agents=10, memories_per_agent=100)
-        from django.test import Client
-
-        clock = LayerClock()
-        # Before the client's first request: Django's handler binds its view step then.
-        install(clock, LAYERS)
-        client = Client(HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_HOST="localhost")
-        rng = random.Random(11)
-
-        def sender(op: str) -> Callable[[], None]:
-            def send() -> None:
-                path, body, _ = request_for(op, rng, agents)
-                response = client.post(
-                    path, body, content_type="application/json",
-                    HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()),
-                )  # fmt: skip
-                assert response.status_code in (200, 201), response.content
-
-            return send
-
         ops = [args.op] if args.op else [op for op, _ in OPERATIONS]
-        weights = dict(OPERATIONS)
-        for op in ops:
-            for _ in range(args.warmup):
-                sender(op)()
-        results = {op: measure(sender(op), args.requests, clock) for op in ops}
-        print_table(results, weights)
+        results, send = profile_ops(key, agents, ops, requests=args.requests, warmup=args.warmup)
+        print_table(results, dict(OPERATIONS))
         load1, load5, _ = os.getloadavg()
         print(f"load average at the end: {load1:.2f} / {load5:.2f}")
         if args.sampled:
-            sampled(sender(ops[0]), args.requests, args.html)
+            sampled(send[ops[0]], args.requests, args.html)
+
+
+def profile_ops(
+    key: str, agents: list[str], ops: list[str], *, requests: int, warmup: int
+) -> tuple[dict[str, Measured], dict[str, Callable[[], None]]]:
+    """Each op's CPU by layer over ``requests`` requests after ``warmup``, through Django's
+    handler in this process (Django set up on the stack's database); and each op's sender."""
+    from django.test import Client
+
+    clock = LayerClock()
+    # Before the client's first request: Django's handler binds its view step then.
+    install(clock, LAYERS)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_HOST="localhost")
+    rng = random.Random(11)
+
+    def sender(op: str) -> Callable[[], None]:
+        def send() -> None:
+            path, body, _ = request_for(op, rng, agents)
+            response = client.post(
+                path, body, content_type="application/json",
+                HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()),
+            )  # fmt: skip
+            assert response.status_code in (200, 201), response.content
+
+        return send
+
+    senders = {op: sender(op) for op in ops}
+    for op in ops:
+        for _ in range(warmup):
+            senders[op]()
+    return {op: measure(senders[op], requests, clock) for op in ops}, senders
 
 
 def sampled(send: Callable[[], None], requests: int, html: str) -> None:
