@@ -80,7 +80,8 @@ LAYERS = (
     Layer("serialise the search's answer",
           "memory.search.serializers:SearchResultSerializer.to_representation", 3),
     Layer("memories_store", "memory.episodic.services:memories_store", 3),
-    Layer("embed the memories", "memory.embeddings.backends:embed_texts", 4),
+    # The embedder, whoever calls it: a search's query (above) or the texts a write stores.
+    Layer("embed texts (query or stored text)", "memory.embeddings.backends:embed_texts", 4),
     Layer("dissent_log", "trust.rounds.services:dissent_log", 3),
     Layer("override_log", "trust.rounds.overrides:override_log", 3),
     Layer("trust_recompute", "trust.scores.services:trust_recompute", 4),
