@@ -257,6 +257,7 @@ def test_a_reviewer_regrets_with_a_reason_then_withdraws_it(page_as, critic, scr
     page.goto(f"/trust/agents/{critic.pk}/")
     latest = page.locator("#trust-changes tbody tr").first.inner_text()
     assert f"Revert of Override #{waiting.pk} withdrawn by human:ada" in latest
-    page.locator(f"#trust-changes a[href='#override-history-{waiting.pk}']").first.click()
-    assert page.url.endswith(f"#override-history-{waiting.pk}")
+    page.locator(f"#trust-changes a[href='/trust/review/overrides/{waiting.pk}/']").first.click()
+    page.wait_for_url(f"**/trust/review/overrides/{waiting.pk}/")
+    assert page.locator("#review-item-heading").inner_text().startswith(f"Override #{waiting.pk}")
     screenshot(f"trust-agent-revert-withdrawn-{width}")
