@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.urls import reverse
 from django.utils.http import urlencode
 
 from trust.governance.models import GamingFlag
@@ -80,6 +81,18 @@ class OverrideFilterForm(forms.Form):
     def __init__(self, data: Any, *, agents: list[tuple[int, str]]) -> None:
         super().__init__(data)
         self.fields["agent"].choices = [("", "Any agent"), *agents]  # type: ignore[attr-defined]
+        # A choice applies at once; typed text waits for Enter or Apply, since the answer
+        # replaces the form (it says what the table shows) and would cut the typing short.
+        for name in ("agent", "status"):
+            self.fields[name].widget.attrs.update(
+                {
+                    "hx-get": reverse("trust:overrides"),
+                    "hx-include": "closest form",
+                    "hx-target": "#review-list",
+                    "hx-push-url": "true",
+                    "hx-trigger": "change",
+                }
+            )
 
     def filters(self) -> OverrideFilters:
         data = self.cleaned_data if self.is_valid() else {}

@@ -225,10 +225,12 @@ def overrides_confirm(
     id the tenant has no override of (404 ``not_found``) or one already reverted (409
     ``override_already_reverted``) refuses the whole batch, so nothing is half-written."""
     ids = list(dict.fromkeys(override_ids))
-    if not ids or len(ids) > CONFIRM_BATCH_MAX:
+    if not ids:
+        raise ApiError(code="invalid_parameter", message="Tick the overrides to confirm first.")
+    if len(ids) > CONFIRM_BATCH_MAX:
         raise ApiError(
             code="invalid_parameter",
-            message=f"Select between 1 and {CONFIRM_BATCH_MAX} overrides to confirm.",
+            message=f"At most {CONFIRM_BATCH_MAX} overrides are confirmed at once.",
         )
     with transaction.atomic():
         tenant_write_lock(tenant)
