@@ -43,6 +43,11 @@
       }
     }
     focusKey = null; // a key, not a control: the new override's heading takes the focus
+    // htmx wires up swapped-in content when it settles; a key pressed before that would post
+    // the form without htmx (a whole page load). Wiring it now is harmless if already done.
+    if (window.htmx) {
+      window.htmx.process(item);
+    }
     control.click();
   });
 

@@ -12,7 +12,8 @@ Reusable by every dashboard's browser tests:
   with ``role`` (``Role.REVIEWER`` or ``Role.ADMIN``) in the ``tenant`` fixture's tenant.
 - ``screenshot(name)``: saves a full-page PNG of the current page to var/screenshots/<name>.png
   (the test artefacts; CI keeps var/). ``screenshot(name, doc=True)`` also writes what is on
-  screen (the viewport, at device scale 1) to docs/img/<name>.png, the pictures
+  screen (the viewport, at device scale 1; or the element a selector ``doc="#id"`` names) to
+  docs/img/<name>.png, the pictures
   docs/dashboards.md shows: each run of the tests keeps them current.
 """
 
@@ -108,15 +109,16 @@ def log_in(page: Any, username: str) -> Any:
 def screenshot(page: Any) -> Callable[[str], Path]:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
-    def save(name: str, *, doc: bool = False) -> Path:
+    def save(name: str, *, doc: bool | str = False) -> Path:
         path = SCREENSHOTS / f"{name}.png"
         # caret="initial": hiding the caret makes Playwright inject a <style>, which the CSP
         # refuses; the refusal reaches the console later and failed a test screenshotting midway.
         page.screenshot(path=str(path), full_page=True, caret="initial")
         if doc:
-            # The viewport only, so a picture stays a screen's worth (tens of kilobytes).
+            # The viewport only, or the element ``doc`` names: a screen's worth at most.
             DOC_IMAGES.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(DOC_IMAGES / f"{name}.png"), caret="initial", scale="css")
+            shot = page.locator(doc).first if isinstance(doc, str) else page
+            shot.screenshot(path=str(DOC_IMAGES / f"{name}.png"), caret="initial", scale="css")
         return path
 
     return save

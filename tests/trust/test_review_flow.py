@@ -27,18 +27,6 @@ HTMX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
 CONFIRMED = "override.confirmed"
 
 
-@pytest.fixture
-def login(tenant):
-    def make(role: str = Role.REVIEWER, username: str = "ada", in_tenant=None) -> Client:
-        user = get_user_model().objects.create_user(username=username, password="pw-12345678")
-        ledger_services.membership_grant(tenant=in_tenant or tenant, user=user, role=role)
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return make
-
-
 def _log(agent, *, hours_ago: float, decided_by: str = "sam", round_id: str = "r1", **texts):
     now = timezone.now()
     return overrides.override_log(

@@ -33,20 +33,6 @@ HTMX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
-def login(tenant):
-    """A client signed in as a person with ``role`` in ``tenant`` (or in ``in_tenant``)."""
-
-    def make(role: str = Role.REVIEWER, username: str = "ada", in_tenant=None) -> Client:
-        user = get_user_model().objects.create_user(username=username, password="pw-12345678")
-        ledger_services.membership_grant(tenant=in_tenant or tenant, user=user, role=role)
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return make
-
-
-@pytest.fixture
 def agent(tenant, make_agent):
     return make_agent(tenant, name="Critic1", model="gpt-4o", primary_role="critic")
 
