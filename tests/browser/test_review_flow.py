@@ -73,10 +73,16 @@ def _fits(page: Any, width: int) -> None:
     assert sizes["scroll"] <= sizes["inner"] == width, sizes
 
 
-def _focused(page: Any) -> dict[str, str]:
-    return page.evaluate(
-        "() => ({id: document.activeElement.id, key: document.activeElement.dataset.focusKey"
-        " || ''})"
+def _focus_lands(page: Any, *, id: str = "", key: str = "") -> None:
+    """Wait until the element with ``id`` (or ``data-focus-key`` ``key``) has the focus: the
+    flow moves it when htmx settles the swap, a moment after the URL changed."""
+    page.wait_for_function(
+        """([id, key]) => {
+            const active = document.activeElement;
+            return id ? active.id === id : active.dataset.focusKey === key;
+        }""",
+        arg=[id, key],
+        timeout=5_000,
     )
 
 
@@ -120,14 +126,14 @@ def test_a_reviewer_works_through_overrides_by_keyboard(page_as, waiting, screen
     expect(page.locator("#review-status")).to_contain_text(
         f"Confirmed override #{first.pk} of Critic1"
     )
-    assert _focused(page)["id"] == "review-item-heading"
+    _focus_lands(page, id="review-item-heading")
     assert Event.objects.filter(
         kind="override.confirmed", actor="human:ada", payload__override_id=first.pk
     ).exists()
 
     # r opens the reason; Enter marks it regretted and moves on; Undo takes it back.
     page.keyboard.press("r")
-    assert _focused(page)["id"] == "review-note"
+    _focus_lands(page, id="review-note")
     page.keyboard.type("staging broke last week")
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/trust/review/overrides/{third.pk}/")
@@ -136,7 +142,7 @@ def test_a_reviewer_works_through_overrides_by_keyboard(page_as, waiting, screen
     )
     assert Override.objects.get(pk=second.pk).revert_note == "staging broke last week"
     # The note field keeps the focus for the next override: the reviewer stays where they were.
-    assert _focused(page)["key"] == "note"
+    _focus_lands(page, key="note")
     page.evaluate("() => window.scrollTo(0, 0)")
     screenshot(f"review-after-regret-{width}", doc=True)
     page.get_by_role("button", name="Undo: withdraw that regret").click()
@@ -150,7 +156,7 @@ def test_a_reviewer_works_through_overrides_by_keyboard(page_as, waiting, screen
     page.locator("#review-item [data-key=confirm]").focus()
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/trust/review/overrides/{third.pk}/")
-    assert _focused(page)["key"] == "confirm"
+    _focus_lands(page, key="confirm")
     page.go_back()
     page.wait_for_url(f"**/trust/review/overrides/{second.pk}/")
     _fits(page, width)

@@ -345,3 +345,18 @@ def test_score_changes_link_to_the_override_and_its_round(login, queue):
     )
     assertContains(response, 'in round <a class="mono" href="/trust/review/overrides/?round=r3')
     assertContains(response, "wrong call")
+
+
+def test_the_flow_s_pages_read_a_bounded_number_of_queries(
+    login, tenant, make_agent, django_assert_max_num_queries
+):
+    agents = [make_agent(tenant, name=f"Agent{i}") for i in range(3)]
+    logged = [_log(agents[i % 3], hours_ago=1 + i / 10) for i in range(30)]
+    client = login()
+    client.get("/trust/review/overrides/")  # the session and seat, read once per request anyway
+
+    # However many rows: seat, agents, deciders, count, page, confirmations, trust evidence...
+    with django_assert_max_num_queries(16):
+        client.get("/trust/review/overrides/", {"status": "any"})
+    with django_assert_max_num_queries(16):
+        client.get(f"/trust/review/overrides/{logged[10].pk}/")

@@ -200,6 +200,8 @@ def _confirmed(tenant: Tenant) -> Q:
     ids = (
         Event.objects.filter(tenant=tenant, kind=OVERRIDE_CONFIRMED)
         .annotate(override=Cast(KT("payload__override_id"), BigIntegerField()))
+        # NOT IN over a list holding a NULL matches nothing: keep the list free of them.
+        .filter(override__isnull=False)
         .values("override")
     )
     return Q(pk__in=ids)
