@@ -144,7 +144,7 @@ def test_a_reviewer_works_through_overrides_by_keyboard(page_as, waiting, screen
     # The note field keeps the focus for the next override: the reviewer stays where they were.
     _focus_lands(page, key="note")
     page.evaluate("() => window.scrollTo(0, 0)")
-    screenshot(f"review-after-regret-{width}", doc=True)
+    screenshot(f"review-after-regret-{width}", doc=width == 390)
     page.get_by_role("button", name="Undo: withdraw that regret").click()
     page.wait_for_url(f"**/trust/review/overrides/{second.pk}/")
     expect(page.locator("#review-status")).to_contain_text(
@@ -181,7 +181,7 @@ def test_filters_combine_in_the_url_and_back_restores_them(page_as, waiting, scr
     expect(page.locator(f"#override-{third.pk}")).to_be_visible()
     assert "decided_by=human%3Asam" in page.url
     _fits(page, width)
-    screenshot(f"review-filtered-{width}", doc="#review-list")
+    screenshot(f"review-filtered-{width}", doc=width == 1366 and "#review-list")
 
     page.get_by_label("Status").select_option("any")
     page.wait_for_url("**status=any*")
@@ -252,7 +252,7 @@ def test_a_reviewer_confirms_several_overrides_at_once(page_as, waiting, screens
     confirmed = Event.objects.filter(kind="override.confirmed", actor="human:ada")
     assert sorted(e.payload["override_id"] for e in confirmed) == [first.pk, third.pk]
     _fits(page, width)
-    screenshot(f"review-bulk-confirmed-{width}", doc="#review-list")
+    screenshot(f"review-bulk-confirmed-{width}", doc=width == 1366 and "#review-list")
 
     # The queue's waiting section confirms the same way; "select all" ticks what is left.
     page.goto("/trust/review/")
