@@ -11,7 +11,10 @@ Reusable by every dashboard's browser tests:
 - ``page_as(role, username=...)``: a page signed in through the real login form as a person
   with ``role`` (``Role.REVIEWER`` or ``Role.ADMIN``) in the ``tenant`` fixture's tenant.
 - ``screenshot(name)``: saves a full-page PNG of the current page to var/screenshots/<name>.png
-  (the test artefacts; CI keeps var/).
+  (the test artefacts; CI keeps var/). ``screenshot(name, doc=True)`` also writes what is on
+  screen (the viewport, at device scale 1; or the element a selector ``doc="#id"`` names) to
+  docs/img/<name>.png, the pictures
+  docs/dashboards.md shows: each run of the tests keeps them current.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PASSWORD = "browser-test-password-1"
 SCREENSHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
+DOC_IMAGES = Path(settings.BASE_DIR) / "docs" / "img"
 VIEWPORT = {"width": 1366, "height": 900}  # a laptop screen
 
 
@@ -105,11 +109,16 @@ def log_in(page: Any, username: str) -> Any:
 def screenshot(page: Any) -> Callable[[str], Path]:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
-    def save(name: str) -> Path:
+    def save(name: str, *, doc: bool | str = False) -> Path:
         path = SCREENSHOTS / f"{name}.png"
         # caret="initial": hiding the caret makes Playwright inject a <style>, which the CSP
         # refuses; the refusal reaches the console later and failed a test screenshotting midway.
         page.screenshot(path=str(path), full_page=True, caret="initial")
+        if doc:
+            # The viewport only, or the element ``doc`` names: a screen's worth at most.
+            DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+            shot = page.locator(doc).first if isinstance(doc, str) else page
+            shot.screenshot(path=str(DOC_IMAGES / f"{name}.png"), caret="initial", scale="css")
         return path
 
     return save

@@ -85,7 +85,7 @@ def test_an_admin_grants_a_seat_and_the_ledger_shows_it(page_as, tenant, screens
         "membership.removed",
     ]
     assert_fits(page, viewport)
-    screenshot(f"people-in-the-ledger{suffix}")
+    screenshot(f"people-in-the-ledger{suffix}", doc=not viewport)
 
 
 @pytest.mark.parametrize("viewport", WIDTHS)
@@ -113,7 +113,7 @@ def test_a_person_with_two_seats_switches_tenant(page, live_server, tenant, scre
     page.get_by_role("link", name="People").click()
     expect(page.locator("[data-username=gina]")).to_be_visible()
     assert_fits(page, viewport)
-    screenshot(f"tenant-switched{'-phone' if viewport else ''}")
+    screenshot(f"tenant-switched{'-phone' if viewport else ''}", doc=bool(viewport))
 
 
 @pytest.mark.parametrize("viewport", WIDTHS)

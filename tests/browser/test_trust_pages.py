@@ -240,7 +240,10 @@ def test_a_reviewer_regrets_with_a_reason_then_withdraws_it(page_as, critic, scr
     regretted = Override.objects.get(pk=waiting.pk)
     assert regretted.revert_note == SCRIPT_TEXT
     assert SCRIPT_TEXT in page.locator(f"#override-{waiting.pk}").inner_text()
-    screenshot(f"trust-review-queue-regret-with-reason-{width}")
+    doc = width == 1366  # one width's pictures in docs/img/
+    screenshot(
+        f"trust-review-queue-regret-with-reason-{width}", doc=doc and f"#override-{waiting.pk}"
+    )
 
     page.goto(f"/trust/agents/{critic.pk}/")
     latest = page.locator("#trust-changes tbody tr").first.inner_text()
@@ -250,13 +253,20 @@ def test_a_reviewer_regrets_with_a_reason_then_withdraws_it(page_as, critic, scr
     screenshot(f"trust-agent-regret-reason-{width}")
 
     page.goto("/trust/review/")
-    page.locator(f"#override-{waiting.pk}").get_by_role("button", name="Withdraw revert").click()
+    row = page.locator(f"#override-{waiting.pk}")
+    row.get_by_label(f"Why the revert of override {waiting.pk} is withdrawn").fill("a misclick")
+    row.get_by_role("button", name="Withdraw revert").click()
     page.wait_for_selector(f"#override-{waiting.pk}:not(.review-row--regretted) .regret-preview")
     assert Override.objects.get(pk=waiting.pk).reverted_at is None
 
     page.goto(f"/trust/agents/{critic.pk}/")
     latest = page.locator("#trust-changes tbody tr").first.inner_text()
     assert f"Revert of Override #{waiting.pk} withdrawn by human:ada" in latest
-    page.locator(f"#trust-changes a[href='#override-history-{waiting.pk}']").first.click()
-    assert page.url.endswith(f"#override-history-{waiting.pk}")
+    assert "a misclick" in latest  # the undo's note, where the undo is told
+    page.locator(f"#trust-changes a[href='/trust/review/overrides/{waiting.pk}/']").first.click()
+    page.wait_for_url(f"**/trust/review/overrides/{waiting.pk}/")
+    assert page.locator("#review-item-heading").inner_text().startswith(f"Override #{waiting.pk}")
     screenshot(f"trust-agent-revert-withdrawn-{width}")
+    page.go_back()
+    page.wait_for_url(f"**/trust/agents/{critic.pk}/")
+    screenshot(f"trust-agent-changes-{width}", doc=doc and "#trust-changes")

@@ -33,20 +33,6 @@ HTMX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
-def login(tenant):
-    """A client signed in as a person with ``role`` in ``tenant`` (or in ``in_tenant``)."""
-
-    def make(role: str = Role.REVIEWER, username: str = "ada", in_tenant=None) -> Client:
-        user = get_user_model().objects.create_user(username=username, password="pw-12345678")
-        ledger_services.membership_grant(tenant=in_tenant or tenant, user=user, role=role)
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return make
-
-
-@pytest.fixture
 def agent(tenant, make_agent):
     return make_agent(tenant, name="Critic1", model="gpt-4o", primary_role="critic")
 
@@ -433,18 +419,25 @@ def test_the_agent_page_tells_each_score_change_in_words_with_its_links(
     client.post(f"/trust/overrides/{waiting_override.pk}/revert", {"note": "wrong call"}, **HTMX)
     agent.refresh_from_db()
     regretted = agent.trust_score
-    client.post(f"/trust/overrides/{waiting_override.pk}/revert/withdraw", **HTMX)
+    client.post(
+        f"/trust/overrides/{waiting_override.pk}/revert/withdraw", {"note": "a misclick"}, **HTMX
+    )
 
     page = client.get(f"/trust/agents/{agent.pk}/")
 
     html = page.content.decode()
-    link = f'<a href="#override-history-{waiting_override.pk}">Override #{waiting_override.pk}</a>'
+    pk = waiting_override.pk
+    link = f'<a href="/trust/review/overrides/{pk}/">Override #{pk}</a>'
     actor = '<a href="/ledger/?actor=human%3Aada">human:ada</a>'
-    assert f"{link} marked regretted by {actor}: {logged:.2f} → {regretted:.2f}" in html
-    round_ = ' in round <span class="mono">r1</span>'
+    assert f"{link} marked regretted by {actor}" in html
+    round_ = (
+        ' in round <a class="mono" href="/trust/review/overrides/?round=r1&amp;status=any">r1</a>'
+    )
+    assert f"{link} marked regretted by {actor}{round_}: {logged:.2f} → {regretted:.2f}" in html
     assert f"Revert of {link} withdrawn by {actor}{round_}: {regretted:.2f} → {logged:.2f}" in html
     assert f"{link} logged, decided by" in html
     assertContains(page, "wrong call")
+    assertContains(page, '<q class="change-note">a misclick</q>')  # the undo's note
     assertContains(page, f'id="override-history-{waiting_override.pk}"')
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.urls import include, path
 
-from trust.pages import views
+from trust.pages import review, views
 
 _pages = [
     path("", views.overview, name="overview"),
@@ -20,6 +20,11 @@ _pages = [
         name="override_revert_withdraw",
     ),
     path("overrides/<int:pk>/confirm", views.override_confirm, name="override_confirm"),
+    # The review flow (trust.pages.review): the filtered list, bulk confirm, one at a time.
+    path("review/overrides/", review.override_list, name="overrides"),
+    path("review/overrides/confirm", review.overrides_confirm_bulk, name="overrides_confirm"),
+    path("review/overrides/<int:pk>/", review.override_detail, name="override_detail"),
+    path("review/overrides/<int:pk>/<str:step>", review.override_step, name="override_step"),
     path("flags/<int:pk>/review", views.flag_review, name="flag_review"),
     path("proposals/<int:pk>/decide", views.proposal_decide, name="proposal_decide"),
 ]

@@ -29,13 +29,23 @@ def _actor(name: str) -> SafeString:
     )
 
 
+def _override_url(override_id: int) -> str:
+    return reverse("trust:override_detail", args=[override_id])
+
+
+def round_url(round_id: str) -> str:
+    """The review flow's list of every override of the round (no page shows one round alone)."""
+    return f"{reverse('trust:overrides')}?{urlencode({'round': round_id, 'status': 'any'})}"
+
+
 def _overrides(point: TrustPoint) -> SafeString:
+    """The override(s), each linked to its detail view (both texts, the diff, the decision)."""
     ids = point.override_ids
     if not ids:
         return format_html("{}", "An override")
     if len(ids) == 1:
-        return format_html('<a href="#override-history-{}">Override #{}</a>', ids[0], ids[0])
-    links = format_html_join(", ", '<a href="#override-history-{}">#{}</a>', ((i, i) for i in ids))
+        return format_html('<a href="{}">Override #{}</a>', _override_url(ids[0]), ids[0])
+    links = format_html_join(", ", '<a href="{}">#{}</a>', ((_override_url(i), i) for i in ids))
     more = format_html(" and {} more", point.more_overrides) if point.more_overrides else ""
     return format_html("Overrides {}{}", links, more)
 
@@ -83,7 +93,11 @@ def _what(point: TrustPoint) -> SafeString:
 def score_change_words(point: TrustPoint) -> SafeString:
     """ "Override #12 marked regretted by bob: 0.62 → 0.55", with its links, round and note."""
     round_id = point.cause.get("round_id")
-    where = format_html(' in round <span class="mono">{}</span>', round_id) if round_id else ""
+    where = (
+        format_html(' in round <a class="mono" href="{}">{}</a>', round_url(round_id), round_id)
+        if round_id
+        else ""
+    )
     if point.previous is None:
         scores = f"{point.score:.2f}"
     else:

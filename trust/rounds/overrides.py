@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from config.api import Conflict
+from config.api import ApiError, Conflict
 from config.sql import rows_named
 from ledger.jobs import Batch
 from ledger.models import Agent, Event, Tenant
@@ -214,6 +214,51 @@ def override_confirm(*, override: Override, actor: str, now: datetime | None = N
         )
 
 
+CONFIRM_BATCH_MAX = 100
+
+
+def overrides_confirm(
+    *, tenant: Tenant, override_ids: Sequence[int], actor: str, now: datetime | None = None
+) -> list[Event]:
+    """Confirm several overrides at once (the review queue's bulk confirm): one
+    ``override.confirmed`` event each, through ``override_confirm``, all in one transaction. An
+    id the tenant has no override of (404 ``not_found``) or one already reverted (409
+    ``override_already_reverted``) refuses the whole batch, so nothing is half-written."""
+    ids = list(dict.fromkeys(override_ids))
+    if not ids:
+        raise ApiError(code="invalid_parameter", message="Tick the overrides to confirm first.")
+    if len(ids) > CONFIRM_BATCH_MAX:
+        raise ApiError(
+            code="invalid_parameter",
+            message=f"At most {CONFIRM_BATCH_MAX} overrides are confirmed at once.",
+        )
+    with transaction.atomic():
+        tenant_write_lock(tenant)
+        found = {o.pk: o for o in Override.objects.filter(tenant=tenant, pk__in=ids)}
+        unknown = [pk for pk in ids if pk not in found]
+        if unknown:
+            raise ApiError(
+                code="not_found",
+                message=(
+                    f"No override {', '.join(f'#{pk}' for pk in unknown)} in this tenant; "
+                    "nothing was confirmed."
+                ),
+                status_code=404,
+                details={"unknown": unknown},
+            )
+        reverted = [pk for pk in ids if found[pk].reverted_at is not None]
+        if reverted:
+            raise Conflict(
+                code="override_already_reverted",
+                message=(
+                    f"Override {', '.join(f'#{pk}' for pk in reverted)} was already reverted; "
+                    "nothing was confirmed."
+                ),
+                details={"reverted": reverted},
+            )
+        return [override_confirm(override=found[pk], actor=actor, now=now) for pk in ids]
+
+
 CAUSE_IDS_MAX = 20
 
 
@@ -238,7 +283,7 @@ def overrides_mark_reverted(
             SET regret = true, reverted_by = %(by)s, reverted_at = %(now)s, revert_reason = %(why)s,
                 revert_note = %(note)s
             WHERE tenant_id = %(tenant)s AND id = ANY(%(ids)s) AND reverted_at IS NULL
-            RETURNING id, agent_id
+            RETURNING id, agent_id, round_id
             """,
             {
                 "by": reverted_by,
@@ -271,14 +316,16 @@ def _after_revert(
     actor: str,
     now: datetime,
 ) -> list[int]:
-    """Log and recompute for the overrides just marked: ``rows`` are their ``id`` and
-    ``agent_id`` as the UPDATE returned them."""
+    """Log and recompute for the overrides just marked: ``rows`` are their ``id``, ``agent_id``
+    and ``round_id`` as the UPDATE returned them."""
     if not rows:
         return []
     ids = sorted(int(row.id) for row in rows)
     per_agent: dict[int, list[int]] = {}
+    rounds: dict[int, set[str]] = {}
     for row in rows:
         per_agent.setdefault(int(row.agent_id), []).append(int(row.id))
+        rounds.setdefault(int(row.agent_id), set()).add(row.round_id)
     event_append(
         tenant=tenant,
         kind="override.reverted",
@@ -306,6 +353,13 @@ def _after_revert(
                 "by": reverted_by,
                 "revert_reason": reason,
                 "note": note,
+                # The round, when the agent's overrides marked here share one (the agent page
+                # links it); a batch across rounds names none.
+                **(
+                    {"round_id": next(iter(rounds[agent_id]))}
+                    if len(rounds[agent_id]) == 1 and "" not in rounds[agent_id]
+                    else {}
+                ),
             }
             for agent_id, override_ids in per_agent.items()
         },
@@ -333,7 +387,7 @@ UPDATE trust_override o
 SET regret = true, reverted_by = %(by)s, reverted_at = %(now)s, revert_reason = %(why)s
 FROM picked
 WHERE o.id = picked.id
-RETURNING o.id, o.agent_id
+RETURNING o.id, o.agent_id, o.round_id
 """
 
 

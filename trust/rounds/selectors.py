@@ -4,15 +4,13 @@ and the review queue's overrides with their confirmations."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import (
-    Q,
-    QuerySet,
-)
-from django.db.models.functions import Left
+from django.db.models import BigIntegerField, Q, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Left
 from django.utils import timezone
 
 from config.api import ApiError
@@ -162,3 +160,143 @@ def override_confirmations(
         int(payload["override_id"]): Confirmation(by=actor, at=created_at)
         for payload, actor, created_at in events
     }
+
+
+# --- The review flow: overrides by agent, decider, round and status, in a stable order ---------
+
+
+class ReviewStatus:
+    """Where an override stands for a reviewer. Waiting: open, nobody confirmed it, its regret
+    check still ahead. Confirmed: open, and a reviewer said it stands. Regretted: reverted.
+    Stands: open and unconfirmed, its deadline passed without a regret."""
+
+    WAITING = "waiting"
+    CONFIRMED = "confirmed"
+    REGRETTED = "regretted"
+    STANDS = "stands"
+    ANY = "any"
+
+
+@dataclass(frozen=True)
+class OverrideFilters:
+    agent_id: int | None = None
+    decided_by: str = ""
+    round_id: str = ""
+    status: str = ReviewStatus.WAITING
+
+
+# The waiting ones nearest deadline first (what needs a look soonest), the rest newest first;
+# the id breaks ties, so the order is total and a page never skips or repeats a row.
+WAITING_ORDER = ("auto_check_deadline", "id")
+HISTORY_ORDER = ("-occurred_at", "-id")
+
+
+def review_order(status: str) -> tuple[str, str]:
+    return WAITING_ORDER if status == ReviewStatus.WAITING else HISTORY_ORDER
+
+
+def _confirmed(tenant: Tenant) -> Q:
+    """Overrides with an ``override.confirmed`` event (a subquery on the events' kind index)."""
+    ids = (
+        Event.objects.filter(tenant=tenant, kind=OVERRIDE_CONFIRMED)
+        .annotate(override=Cast(KT("payload__override_id"), BigIntegerField()))
+        # NOT IN over a list holding a NULL matches nothing: keep the list free of them.
+        .filter(override__isnull=False)
+        .values("override")
+    )
+    return Q(pk__in=ids)
+
+
+def overrides_filtered(
+    *, tenant: Tenant, filters: OverrideFilters, now: datetime | None = None
+) -> QuerySet[Override]:
+    """The tenant's overrides matching every filter given, in ``review_order``."""
+    moment = now or timezone.now()
+    overrides = overrides_for_review(tenant=tenant)
+    if filters.agent_id is not None:
+        overrides = overrides.filter(agent_id=filters.agent_id)
+    if filters.decided_by:
+        overrides = overrides.filter(decided_by=filters.decided_by)
+    if filters.round_id:
+        overrides = overrides.filter(round_id=filters.round_id)
+    open_ = Q(reverted_at__isnull=True)
+    confirmed = _confirmed(tenant)
+    by_status = {
+        ReviewStatus.WAITING: open_ & Q(auto_check_deadline__gt=moment) & ~confirmed,
+        ReviewStatus.CONFIRMED: open_ & confirmed,
+        ReviewStatus.REGRETTED: Q(reverted_at__isnull=False),
+        ReviewStatus.STANDS: open_ & Q(auto_check_deadline__lte=moment) & ~confirmed,
+    }
+    if filters.status in by_status:
+        overrides = overrides.filter(by_status[filters.status])
+    return overrides.order_by(*review_order(filters.status))
+
+
+def _beyond(override: Override, order: Sequence[str], forward: bool) -> Q:
+    """The rows after ``override`` in ``order`` (before it when not ``forward``): a keyset
+    condition on (first key, id), so it holds whether or not ``override`` still matches."""
+    first, tie = order
+    field = first.lstrip("-")
+    ascending = (not first.startswith("-")) == forward
+    step = "gt" if ascending else "lt"
+    value = getattr(override, field)
+    id_step = "gt" if (not tie.startswith("-")) == forward else "lt"
+    return Q(**{f"{field}__{step}": value}) | Q(**{field: value, f"id__{id_step}": override.pk})
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    previous: int | None
+    next: int | None
+    position: int  # 1-based place of the override among the filter's rows; 0 if not among them
+    total: int
+
+
+def override_neighbours(
+    *, tenant: Tenant, override: Override, filters: OverrideFilters, now: datetime | None = None
+) -> Neighbours:
+    """The overrides before and after ``override`` among those the filters match, its place
+    and their count (four index reads, whatever the page)."""
+    rows = overrides_filtered(tenant=tenant, filters=filters, now=now)
+    order = review_order(filters.status)
+    following = rows.filter(_beyond(override, order, forward=True)).values_list("id", flat=True)
+    before = rows.filter(_beyond(override, order, forward=False))
+    preceding = before.reverse().values_list("id", flat=True)
+    total = rows.count()
+    among = rows.filter(pk=override.pk).exists()
+    return Neighbours(
+        previous=preceding.first(),
+        next=following.first(),
+        position=before.count() + 1 if among else 0,
+        total=total,
+    )
+
+
+def override_next_waiting(
+    *, tenant: Tenant, after: Override, filters: OverrideFilters, now: datetime | None = None
+) -> int | None:
+    """The waiting override the flow moves on to after ``after`` was decided: the next one in
+    deadline order among the filters' agent, decider and round, else the first one left."""
+    waiting = overrides_filtered(
+        tenant=tenant,
+        filters=replace(filters, status=ReviewStatus.WAITING),
+        now=now,
+    ).exclude(pk=after.pk)
+    ids = waiting.values_list("id", flat=True)
+    return ids.filter(_beyond(after, WAITING_ORDER, forward=True)).first() or ids.first()
+
+
+def override_for_detail(*, tenant: Tenant, pk: int) -> Override | None:
+    """One override with its whole texts, or None when the tenant has no such override."""
+    return Override.objects.filter(tenant=tenant, pk=pk).select_related("agent", "tenant").first()
+
+
+def override_deciders(*, tenant: Tenant, limit: int = 200) -> list[str]:
+    """Who decided the tenant's overrides (for the filter's suggestions), alphabetically."""
+    return list(
+        Override.objects.filter(tenant=tenant)
+        .exclude(decided_by="")
+        .order_by("decided_by")
+        .values_list("decided_by", flat=True)
+        .distinct()[:limit]
+    )

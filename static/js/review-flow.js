@@ -1,0 +1,81 @@
+// The review flow (issue 20, item 3): keys to move and decide, and focus kept where the reviewer
+// is when an override is swapped for the next one.
+(function () {
+  "use strict";
+
+  var KEYS = { j: "next", n: "next", k: "previous", p: "previous", c: "confirm", r: "regret" };
+  var focusKey = null;
+
+  function typing(target) {
+    return target.closest && target.closest("input, textarea, select, [contenteditable]");
+  }
+
+  document.addEventListener("keydown", function (event) {
+    var item = document.getElementById("review-item");
+    if (!item || event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) {
+      return;
+    }
+    if (typing(event.target)) {
+      if (event.key === "Escape") {
+        event.target.blur();
+        var heading = document.getElementById("review-item-heading");
+        if (heading) {
+          heading.focus();
+        }
+      }
+      return;
+    }
+    var action = KEYS[event.key];
+    if (!action) {
+      return;
+    }
+    var control = item.querySelector('[data-key="' + action + '"]');
+    if (!control) {
+      return;
+    }
+    event.preventDefault();
+    if (action === "regret") {
+      // A regret is worth a reason: the key opens the note, Enter marks it.
+      var note = document.getElementById("review-note");
+      if (note) {
+        note.focus();
+        return;
+      }
+    }
+    focusKey = null; // a key, not a control: the new override's heading takes the focus
+    // htmx wires up swapped-in content when it settles; a key pressed before that would post
+    // the form without htmx (a whole page load). Wiring it now is harmless if already done.
+    if (window.htmx) {
+      window.htmx.process(item);
+    }
+    control.click();
+  });
+
+  // Which control the reviewer was on when the request left: the same one in the next override
+  // gets the focus back (Tab, Enter on "Confirm", and the next Enter confirms the next one).
+  document.addEventListener("htmx:beforeRequest", function () {
+    var active = document.activeElement;
+    focusKey = (active && active.dataset && active.dataset.focusKey) || null;
+  });
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var item = document.getElementById("review-item");
+    if (!item || event.detail.target !== item) {
+      return;
+    }
+    var again = focusKey && item.querySelector('[data-focus-key="' + focusKey + '"]');
+    var heading = document.getElementById("review-item-heading");
+    (again || heading).focus();
+    focusKey = null;
+  });
+
+  // The list's "select all on this page" box ticks every waiting row's box.
+  document.addEventListener("change", function (event) {
+    if (event.target.id !== "pick-all") {
+      return;
+    }
+    document.querySelectorAll('input.pick[form="bulk-confirm"]').forEach(function (box) {
+      box.checked = event.target.checked;
+    });
+  });
+})();
