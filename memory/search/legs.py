@@ -19,8 +19,9 @@ from ledger.selectors import event_visible_params, event_visible_sql
 from memory.embeddings.backends import embedder_name
 from memory.episodic import policies
 from memory.episodic.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
+from memory.episodic.validity import CURRENTLY_VALID, Validity
 from memory.search.plans import (
-    ACTIVE_ROWS,
+    LIVE_ROWS,
     SemanticPlan,
     cosine_similarity_sql,
     hnsw_ef_search,
@@ -58,6 +59,8 @@ class SearchFilters:
     memory_type: str | None = None
     tags: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Which memories by their validity interval: by default those still valid.
+    validity: Validity = CURRENTLY_VALID
 
     @property
     def narrowing(self) -> bool:
@@ -93,8 +96,8 @@ FILTER_SQL = {
 # tag on 200,000 of 2,000,000 rows).
 KEYWORD_LEG = """
     SELECT id FROM (
-        SELECT id, tenant_id, agent_id, archived_at, expires_at, session_id, memory_type, tags,
-               metadata
+        SELECT id, tenant_id, agent_id, archived_at, expires_at, valid_from, valid_until,
+               session_id, memory_type, tags, metadata
         FROM memory_memory
         WHERE memory_agent_lexemes(agent_id, search_vector) && %(agent_lexemes)s::text[]
         OFFSET 0
@@ -203,9 +206,12 @@ def keyword_leg_sql(filters: SearchFilters) -> str:
 
 
 def filtered_where(filters: SearchFilters) -> str:
-    """The agent's active memories, narrowed by the filters given (a SQL condition)."""
-    return ACTIVE_ROWS + "".join(
-        clause for name, clause in FILTER_SQL.items() if getattr(filters, name)
+    """The agent's live memories valid by the filters' validity, narrowed by the filters given
+    (a SQL condition)."""
+    return (
+        LIVE_ROWS
+        + filters.validity.sql()
+        + "".join(clause for name, clause in FILTER_SQL.items() if getattr(filters, name))
     )
 
 
@@ -243,6 +249,7 @@ def memory_candidates_query(
         "tenant": agent.tenant_id,
         "agent": agent.pk,
         "now": now,
+        "as_of": filters.validity.as_of,
         "vector": vector_literal(vector) if vector is not None else None,
         "dense_k": dense_candidates(documents, filters),
         "keyword_k": MEMORY_KEYWORD_CANDIDATES,
