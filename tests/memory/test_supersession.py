@@ -3,6 +3,7 @@ supersession, as_of and include_superseded, the ledger and its replay."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from memory.episodic.validity import Validity
 from memory.models import Memory
 from memory.search.legs import SearchFilters
 from memory.search.selectors import memories_search
+from tests.standins import openai_standin
 
 pytestmark = pytest.mark.django_db
 
@@ -265,3 +267,95 @@ def test_the_rebuild_replays_validity_intervals(tenant, agent, settings):
     eur.refresh_from_db()
     assert (eur.valid_from, eur.valid_until, eur.superseded_by) == (MAY, JUNE, gbp.pk)
     assert projection_rebuild(projection=projection, tenant=tenant) is True
+
+
+@pytest.fixture
+def chat_model(settings):
+    """The consolidation model pointed at a local OpenAI-compatible stand-in."""
+    with openai_standin() as standin:
+        settings.CONSOLIDATION_LLM_URL = standin.url
+        settings.CONSOLIDATION_LLM_MODEL = "standin-chat"
+        settings.CONSOLIDATION_LLM_API_KEY = "chat-key"
+        settings.CONSOLIDATION_LLM_TIMEOUT_SECONDS = 1.0
+        settings.CONSOLIDATION_MODE = "apply"
+        yield standin
+
+
+def decision(*entries):
+    return json.dumps({"memory": [dict(zip(("id", "event"), e, strict=True)) for e in entries]})
+
+
+def test_the_model_decides_what_a_new_memory_supersedes(agent, chat_model):
+    eur = store(agent, EUR, MAY)
+    store(agent, MEETINGS, MAY)
+
+    def reply(body):
+        shown = json.loads(body["messages"][1]["content"].split("\n")[1])
+        index = next(e["id"] for e in shown if e["text"] == EUR)
+        return decision((index, "UPDATE"), ("new", "ADD"))
+
+    chat_model.chat_reply_of = reply
+    gbp = store(agent, GBP, JUNE)
+
+    assert gbp.consolidation is not None
+    assert gbp.consolidation.decided_by == "model"
+    assert gbp.consolidation.supersedes == [eur.pk]
+    assert Event.objects.get(kind="memory.superseded").payload["reason"] == "model: UPDATE"
+    request = chat_model.requests[-1]
+    assert request["auth"] == "Bearer chat-key"
+    assert request["body"]["model"] == "standin-chat"
+    assert GBP in request["body"]["messages"][1]["content"]
+
+
+def test_the_model_may_find_a_memory_repeats_one(agent, chat_model):
+    store(agent, EUR, MAY)
+    chat_model.chat_reply = decision(("0", "NONE"), ("new", "NONE"))
+
+    again = store(agent, "Invoices: EUR, as I said.", JUNE)
+
+    assert again.consolidation is not None
+    assert (again.consolidation.decision, again.consolidation.decided_by) == ("ignore", "model")
+    assert Memory.objects.filter(pk=again.pk).exists()
+
+
+@pytest.mark.parametrize(
+    "failure",
+    ["not json at all", '{"memory": [{"id": "0", "event": "MERGE"}]}', "slow", "http 500"],
+)
+def test_a_failing_model_falls_back_to_the_rule_and_keeps_the_write(agent, chat_model, failure):
+    eur = store(agent, EUR, MAY)
+    if failure == "slow":
+        chat_model.chat_delay = 1.5
+    elif failure == "http 500":
+        chat_model.fail_with = 500
+    else:
+        chat_model.chat_reply = failure
+
+    gbp = store(agent, GBP, JUNE)
+
+    assert gbp.consolidation is not None
+    assert gbp.consolidation.decided_by == "rule"
+    assert gbp.consolidation.model_error
+    assert gbp.consolidation.supersedes == [eur.pk]
+    assert Memory.objects.filter(pk=gbp.pk).exists()
+
+
+def test_the_model_is_not_asked_when_nothing_is_near(agent, chat_model):
+    store(agent, EUR, MAY)
+
+    store(agent, "The staging VPN password rotates every Monday.", JUNE)
+
+    assert chat_model.requests == []
+
+
+def test_a_batch_is_judged_by_the_rule_not_the_model(agent, chat_model):
+    store(agent, EUR, MAY)
+
+    memories_store(
+        agent=agent,
+        drafts=[MemoryDraft(content=GBP, occurred_at=JUNE), MemoryDraft(content=MEETINGS)],
+        actor="x",
+    )
+
+    assert chat_model.requests == []
+    assert Memory.objects.get(content=EUR).valid_until == JUNE
