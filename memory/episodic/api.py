@@ -124,8 +124,7 @@ def metadata_filter(raw: str) -> dict[str, Any]:
             OpenApiParameter(
                 "as_of",
                 OpenApiTypes.DATETIME,
-                description="Only memories valid at this moment (valid_from <= as_of < "
-                "valid_until); not with include_superseded",
+                description="Only memories valid then; not with include_superseded",
             ),
         ],
     ),
