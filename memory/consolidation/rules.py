@@ -2,11 +2,13 @@
 older one, with a different value ("I prefer invoices in EUR" -> "Now I prefer GBP for
 invoices"): pure functions, tuned by settings.
 
-Two statements are about the same subject when they fill the same single-valued slot of a
+Two statements are about the same subject when they are about the same holder (the speaker,
+"we", a relation such as "my parents", or someone else) and fill the same single-valued slot of a
 person (their role, employer, home, name, e-mail, phone: "I work as a designer" / "I'm now a
 product manager"), or when they share at least ``min_shared`` subject words: content words left
 once stop words and change words ("now", "instead", "switched") are removed, so "invoices" is
-shared and "EUR"/"GBP" are the values that differ. They supersede when, besides, their vectors
+shared and "EUR"/"GBP" are the values that differ; a name both capitalise does not count on
+its own. They supersede when, besides, their vectors
 are close (cosine at least ``threshold``, a neighbour of the search's own embedding) and their
 words differ (a restatement changes nothing). ``threshold`` is chosen by cross-validation over
 bench/supersession.py's chains of changing facts (docs/benchmarks.md).
@@ -14,6 +16,7 @@ bench/supersession.py's chains of changing facts (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -74,6 +77,50 @@ SLOTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# Whose fact it is: "I live in Manchester" and "My parents live in Manchester" are about
+# different people, whatever their words share.
+FIRST_PERSON = frozenset({"i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself"})
+FIRST_PLURAL = frozenset({"we", "we're", "we've", "we'll", "our", "ours", "us", "ourselves"})
+POSSESSIVES = frozenset({"my", "our", "his", "her", "their", "your"})
+RELATIONS = frozenset(
+    """parent mother father mom dad sister brother wife husband partner daughter son kid child
+    children colleague coworker co-worker manager boss friend neighbour neighbor cousin aunt
+    uncle grandmother grandfather assistant""".split()  # noqa: SIM905 (a word list)
+)
+# A capitalised word (not an acronym: "CI" and "EUR" name topics and values).
+CAPITALISED = re.compile(r"(?<![\w'])[A-Z][a-z]+(?![\w'])")
+
+
+def holder(text: str) -> str:
+    """Whose fact a statement states: "self", "we", "rel:<relation>" or "other"."""
+    found = words(text)
+    for before, after in itertools.pairwise(found):
+        if before in POSSESSIVES and after in RELATIONS:
+            return f"rel:{after}"
+    if FIRST_PERSON.intersection(found):
+        return "self"
+    if FIRST_PLURAL.intersection(found):
+        return "we"
+    return "other"
+
+
+def _capitalised(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The capitalised words of a text: all, and those after its first word."""
+    found = [(m.start(), m.group()) for m in CAPITALISED.finditer(text)]
+    first = len(text) - len(text.lstrip())
+    every = frozenset(words(" ".join(w for _, w in found)))
+    inner = frozenset(words(" ".join(w for at, w in found if at > first)))
+    return every, inner
+
+
+def shared_names(a: str, b: str) -> frozenset[str]:
+    """Names both texts capitalise, one of them inside a sentence (so not just as its first
+    word): "Dana" in "Dana owns the dashboards" and "The on-call engineer is Dana"."""
+    every_a, inner_a = _capitalised(a)
+    every_b, inner_b = _capitalised(b)
+    return (every_a & every_b) & (inner_a | inner_b)
+
+
 def words(text: str) -> list[str]:
     """Lower-case words, a plural's trailing s removed ("invoices" -> "invoice")."""
     found = []
@@ -116,10 +163,14 @@ def rule_verdict(*, new: str, old: str, similarity: float, rule: RuleSettings) -
         return RuleVerdict(False, "restatement")
     if similarity < rule.threshold:
         return RuleVerdict(False, f"similarity {similarity:.2f} under {rule.threshold:.2f}")
+    if holder(new) != holder(old):
+        return RuleVerdict(False, f"about {holder(new)}, not {holder(old)}")
     same_slots = slots(new) & slots(old)
     if same_slots:
         return RuleVerdict(True, "same slot: " + ", ".join(sorted(same_slots)))
-    shared = (new_words & old_words) - FRAME_WORDS
+    # A name says who or what, not which of their facts: "Dana owns the billing dashboards"
+    # and "This week's on-call engineer is Dana" both hold.
+    shared = (new_words & old_words) - FRAME_WORDS - shared_names(new, old)
     if len(shared) >= rule.min_shared:
         return RuleVerdict(True, "shared: " + ", ".join(sorted(shared)))
     return RuleVerdict(False, "no shared subject")

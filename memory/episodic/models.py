@@ -16,7 +16,6 @@ from pgvector.django import BitField, HnswIndex, VectorField
 
 from ledger.models import Agent, Tenant
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
-from memory.episodic.validity import CURRENTLY_VALID, Validity
 
 if TYPE_CHECKING:
     from memory.consolidation.services import Consolidation
@@ -36,12 +35,6 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         return self.filter(archived_at__isnull=True).filter(
             models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=moment)
         )
-
-    def valid(
-        self, validity: Validity = CURRENTLY_VALID, *, now: datetime | None = None
-    ) -> MemoryQuerySet:
-        """Memories whose facts hold by ``validity`` (memory.episodic.validity)."""
-        return self.filter(validity.q(now=now or timezone.now()))
 
 
 class Memory(models.Model):
