@@ -28,6 +28,7 @@ from ledger.models import Agent
 from ledger.services import EventDraft, events_append, tenant_write_lock
 from memory.consolidation.model import model_decide
 from memory.consolidation.rules import RuleSettings, rule_verdict
+from memory.embeddings.backends import EmbeddingUnavailable, embed_texts
 from memory.models import Memory
 from memory.search.selectors import memories_nearest
 
@@ -143,7 +144,8 @@ class _Neighbour:
 
 
 def _older_neighbours(agent: Agent, memory: Memory, exclude: set[int]) -> list[_Neighbour]:
-    """The agent's nearest still-valid memories that began no later than ``memory``."""
+    """The agent's nearest still-valid memories that began no later than ``memory``, with the
+    cosine of their stored vectors."""
     assert memory.embedding is not None
     nearest = memories_nearest(
         agent=agent, vector=list(memory.embedding), k=settings.CONSOLIDATION_NEIGHBOURS
@@ -158,21 +160,54 @@ def _older_neighbours(agent: Agent, memory: Memory, exclude: set[int]) -> list[_
     )
 
 
+def _by_content(memory: Memory, neighbours: list[_Neighbour]) -> list[_Neighbour]:
+    """The neighbours with their cosine to ``memory`` by content alone.
+
+    The stored vectors embed "[date] speaker: content" (what search ranks best by), so two
+    statements of one fact months apart look less alike than the same two a day apart; whether
+    one replaces the other is a question about their content. So these few are embedded again
+    without the date, in one call; with the embedder down the stored vectors' cosine serves.
+    """
+    if not neighbours:
+        return neighbours
+    try:
+        vectors = embed_texts([memory.content, *(n.content for n in neighbours)])
+    except EmbeddingUnavailable:
+        return neighbours
+    return [
+        replace(n, similarity=round(sum(a * b for a, b in zip(vectors[0], v, strict=True)), 4))
+        for n, v in zip(neighbours, vectors[1:], strict=True)
+    ]
+
+
 def _rule_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Consolidation:
     rule = RuleSettings(
         threshold=settings.CONSOLIDATION_SIMILARITY_THRESHOLD,
         min_shared=settings.CONSOLIDATION_MIN_SHARED_WORDS,
     )
+    # The subject test reads words only: just the neighbours that pass it (or restate the new
+    # memory) are worth embedding again, usually none.
+    hopeful = [
+        n
+        for n in neighbours
+        if (
+            v := rule_verdict(new=memory.content, old=n.content, similarity=1.0, rule=rule)
+        ).supersedes
+        or v.reason == "restatement"
+    ]
     candidates = []
     repeats = False
-    for neighbour in neighbours:
+    for neighbour in _by_content(memory, hopeful):
         verdict = rule_verdict(
             new=memory.content, old=neighbour.content, similarity=neighbour.similarity, rule=rule
         )
         if verdict.supersedes:
             candidates.append(
                 SupersessionCandidate(
-                    neighbour.id, neighbour.content, neighbour.similarity, "rule: " + verdict.reason
+                    neighbour.id,
+                    neighbour.content,
+                    neighbour.similarity,
+                    "rule: " + verdict.reason,
                 )
             )
         repeats = repeats or (
@@ -185,7 +220,11 @@ def _rule_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Conso
 
 
 def _model_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Consolidation | None:
-    shown = [n for n in neighbours if n.similarity >= settings.CONSOLIDATION_LLM_MIN_SIMILARITY]
+    shown = [
+        n
+        for n in _by_content(memory, neighbours)
+        if n.similarity >= settings.CONSOLIDATION_LLM_MIN_SIMILARITY
+    ]
     if not shown:
         return None
     try:

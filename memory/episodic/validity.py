@@ -14,12 +14,16 @@ from datetime import datetime
 
 from django.db.models import Q
 
-# A validity that has not ended by %(now)s.
+# The predicate, as a condition to append to a WHERE over memory_memory, with the parameters
+# %(now)s, %(as_of)s and %(include_superseded)s (``Validity.params``). Every value is a
+# parameter, so callers compose no SQL by the request; the client-side binding puts the values
+# in the text, and the planner folds what they leave constant.
+VALIDITY_SQL = """ AND (%(include_superseded)s OR (
+    (valid_until IS NULL OR valid_until > coalesce(%(as_of)s, %(now)s))
+    AND valid_from <= coalesce(%(as_of)s, 'infinity'::timestamptz)))"""
+# VALIDITY_SQL for the default (neither as_of nor include_superseded), where only %(now)s is
+# bound: reads that never reach superseded memories (consolidation's neighbours).
 CURRENTLY_VALID_SQL = " AND (valid_until IS NULL OR valid_until > %(now)s)"
-# Valid at %(as_of)s.
-VALID_AS_OF_SQL = (
-    " AND valid_from <= %(as_of)s AND (valid_until IS NULL OR valid_until > %(as_of)s)"
-)
 
 
 @dataclass(frozen=True)
@@ -29,12 +33,9 @@ class Validity:
     as_of: datetime | None = None
     include_superseded: bool = False
 
-    def sql(self) -> str:
-        """A condition to append to a WHERE over memory_memory (" AND ..."), with the parameters
-        %(now)s and, given ``as_of``, %(as_of)s."""
-        if self.as_of is not None:
-            return VALID_AS_OF_SQL
-        return "" if self.include_superseded else CURRENTLY_VALID_SQL
+    def params(self) -> dict[str, object]:
+        """VALIDITY_SQL's parameters besides %(now)s."""
+        return {"as_of": self.as_of, "include_superseded": self.include_superseded}
 
     def q(self, *, now: datetime) -> Q:
         """The same condition for a queryset."""

@@ -92,11 +92,10 @@ class SearchRequestSerializer(serializers.Serializer[Any]):
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        validity = validity_chosen(
+        attrs["validity"] = validity_chosen(
             as_of=attrs.pop("as_of", None),
             include_superseded=attrs.pop("include_superseded", False),
         )
-        attrs["filters"] = replace(attrs.get("filters") or SearchFilters(), validity=validity)
         return attrs
 
     def validate_query(self, value: str) -> str:

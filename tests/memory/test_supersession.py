@@ -11,9 +11,8 @@ import pytest
 from ledger.models import Event, Role
 from ledger.projections import projection_rebuild, registered_projections
 from memory.episodic.services import MemoryDraft, memories_store
-from memory.episodic.validity import Validity
+from memory.episodic.validity import CURRENTLY_VALID, Validity
 from memory.models import Memory
-from memory.search.legs import SearchFilters
 from memory.search.selectors import memories_search
 from tests.standins import openai_standin
 
@@ -42,13 +41,13 @@ def store(agent, content, when, **fields):
     )[0]
 
 
-def found(agent, query, **filters):
+def found(agent, query, validity=CURRENTLY_VALID):
     hits = memories_search(
         agent=agent,
         query=query,
         sources=("agent_memory",),
         top_k=10,
-        filters=SearchFilters(**filters),
+        validity=validity,
         record_retrieval=False,
     ).hits
     return [hit.content for hit in hits]
