@@ -122,7 +122,7 @@ def run(chains: list[Chain], *, mode: str, threshold: float = 0.6, explicit: boo
     pairs: list[tuple[int, int, float]] = []
     store_ms: list[float] = []
     plan_ms: list[float] = []
-    planned = services.consolidation_plan
+    planned = vars(services)["consolidation_plan"]
 
     def timed_plan(**kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -131,7 +131,7 @@ def run(chains: list[Chain], *, mode: str, threshold: float = 0.6, explicit: boo
         finally:
             plan_ms.append((time.perf_counter() - started) * 1000)
 
-    services.consolidation_plan = timed_plan  # type: ignore[assignment]
+    vars(services)["consolidation_plan"] = timed_plan
 
     def store(content: str, when: datetime, supersedes: tuple[int, ...] = ()) -> int:
         started = time.perf_counter()
@@ -178,7 +178,7 @@ def run(chains: list[Chain], *, mode: str, threshold: float = 0.6, explicit: boo
         stale_ranks = [ranked.index(s) for s in stale if s in ranked]
         right[chain.number] = rank is not None and all(rank < s for s in stale_ranks)
         top1[chain.number] = bool(ranked) and ranked[0] == current
-    services.consolidation_plan = planned  # type: ignore[assignment]
+    vars(services)["consolidation_plan"] = planned
     superseded = set(
         Memory.objects.filter(agent=agent, superseded_by__isnull=False).values_list("pk", flat=True)
     )
@@ -222,6 +222,17 @@ def share(flags: dict[int, bool], numbers: list[int] | None = None) -> str:
     chosen = list(flags) if numbers is None else numbers
     hits = sum(flags[n] for n in chosen)
     return f"{hits}/{len(chosen)} = {hits / len(chosen):.3f}"
+
+
+def outcome(chains: list[Chain], result: Run) -> str:
+    current, distractors = wrong(chains, result.superseded)
+    stale = sum(len(c.statements) - 1 for c in chains)
+    closed = sum(s in result.superseded for c in chains for s in c.ids[:-1])
+    return (
+        f"current above stale {share(result.right)}; top-1 {share(result.top1)}; stale "
+        f"superseded {closed}/{stale}; wrongly superseded {current} current, {distractors} "
+        "distractors"
+    )
 
 
 def main() -> None:
@@ -292,14 +303,8 @@ def main() -> None:
 
     final = threshold_chosen(proposed, pairs)
     chosen = run(chains, mode="apply", threshold=final)
-    current, distractors = wrong(chains, chosen.superseded)
-    stale = sum(len(c.statements) - 1 for c in chains)
-    closed = sum(s in chosen.superseded for c in chains for s in c.ids[:-1])
-    print(
-        f"rule at the threshold chosen on all chains ({final:.3f}, the default): current above "
-        f"stale {share(chosen.right)}; top-1 {share(chosen.top1)}; stale superseded "
-        f"{closed}/{stale}; wrongly superseded {current} current, {distractors} distractors"
-    )
+    print(f"rule at the threshold chosen on all chains ({final:.3f}, the default): ", end="")
+    print(outcome(chains, chosen))
     if args.held_out:
         later = chains_load(HELD_OUT)
         print(
@@ -311,15 +316,7 @@ def main() -> None:
             ("explicit", {"mode": "off", "explicit": True}),
             ("rule (apply)", {"mode": "apply", "threshold": final}),
         ):
-            result = run(later, **kwargs)  # type: ignore[arg-type]
-            current, distractors = wrong(later, result.superseded)
-            stale = sum(len(c.statements) - 1 for c in later)
-            closed = sum(s in result.superseded for c in later for s in c.ids[:-1])
-            print(
-                f"  {label}: current above stale {share(result.right)}; top-1 "
-                f"{share(result.top1)}; stale superseded {closed}/{stale}; wrongly superseded "
-                f"{current} current, {distractors} distractors"
-            )
+            print(f"  {label}: {outcome(later, run(later, **kwargs))}")
     plan_share = [p / t for p, t in zip(chosen.plan_ms, chosen.store_ms, strict=True)]
     print(
         f"\nstore under apply, {len(chosen.store_ms)} stores of one run: median "
