@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0014_vectors_without_direction"),
+        ("memory", "0015_content_savings_days"),
     ]
 
     operations = [
