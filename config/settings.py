@@ -13,6 +13,7 @@ from typing import Any
 
 import dj_database_url
 import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
 
 from config.embedded import OWNER_ROLE, EmbeddedLayout
 from config.env import (
@@ -389,6 +390,27 @@ SEARCH_WEIGHTS = search_weights(env_list("SEARCH_WEIGHTS", ["0.5", "0.2", "0.2",
 SEARCH_SIMILARITY_THRESHOLD = env_float("SEARCH_SIMILARITY_THRESHOLD", 0.2)
 SEARCH_RECENCY_HALF_LIFE_DAYS = env_float("SEARCH_RECENCY_HALF_LIFE_DAYS", 30.0)
 SEARCH_MAX_TOP_K = env_int("SEARCH_MAX_TOP_K", 50)
+
+# --- Consolidation: memories that supersede older ones (docs/search.md#facts-that-change) ---
+# off: nothing is looked for; propose: each store answers the older memories it would supersede
+# (supersession_candidates) and changes nothing; apply: it supersedes them, each a
+# memory.superseded event. Explicit `supersedes` ids are applied in every mode.
+CONSOLIDATION_MODE = env_str("CONSOLIDATION_MODE", "propose")
+if CONSOLIDATION_MODE not in ("off", "propose", "apply"):
+    raise ImproperlyConfigured("CONSOLIDATION_MODE must be off, propose or apply.")
+# The rule: the cosine at or above which a neighbour that shares the subject is superseded
+# (chosen by 5-fold cross-validation, bench/supersession.py), and the subject words it must share.
+CONSOLIDATION_SIMILARITY_THRESHOLD = env_float("CONSOLIDATION_SIMILARITY_THRESHOLD", 0.6)
+CONSOLIDATION_MIN_SHARED_WORDS = env_int("CONSOLIDATION_MIN_SHARED_WORDS", 1)
+# How many nearest older memories are weighed for each new one.
+CONSOLIDATION_NEIGHBOURS = env_int("CONSOLIDATION_NEIGHBOURS", 5)
+# Optional: an OpenAI-compatible chat model decides instead of the rule (single stores only);
+# a failure falls back to the rule. Neighbours under the floor are not shown to it.
+CONSOLIDATION_LLM_URL = env_str("CONSOLIDATION_LLM_URL", "")
+CONSOLIDATION_LLM_MODEL = env_str("CONSOLIDATION_LLM_MODEL", "gpt-4o-mini")
+CONSOLIDATION_LLM_API_KEY = env_str("CONSOLIDATION_LLM_API_KEY", "")
+CONSOLIDATION_LLM_TIMEOUT_SECONDS = env_float("CONSOLIDATION_LLM_TIMEOUT_SECONDS", 10.0)
+CONSOLIDATION_LLM_MIN_SIMILARITY = env_float("CONSOLIDATION_LLM_MIN_SIMILARITY", 0.4)
 
 # --- Reflection (optional LLM summariser; the default is local and deterministic) -----------
 REFLECTION_LLM_URL = env_str("REFLECTION_LLM_URL", "")

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ class StandIn:
     # What the embeddings endpoint answers for a text, instead of the bag of words.
     vector_of: Callable[[str], list[float]] | None = None
     chat_reply: str = "I learned that the butler lied about the key."
+    # What the chat endpoint answers for a request body, instead of chat_reply.
+    chat_reply_of: Callable[[dict[str, Any]], str] | None = None
+    # Seconds the chat endpoint waits before answering (a slow model, for timeouts).
+    chat_delay: float = 0.0
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def embed(self, text: str) -> list[float]:
@@ -64,9 +69,9 @@ def openai_standin(dimensions: int = 16) -> Iterator[StandIn]:
                     ]
                 }
             elif self.path.endswith("/chat/completions"):
-                answer = {
-                    "choices": [{"message": {"role": "assistant", "content": state.chat_reply}}]
-                }
+                time.sleep(state.chat_delay)
+                reply = state.chat_reply_of(body) if state.chat_reply_of else state.chat_reply
+                answer = {"choices": [{"message": {"role": "assistant", "content": reply}}]}
             else:
                 self.send_response(404)
                 self.end_headers()

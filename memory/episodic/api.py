@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
@@ -25,13 +26,17 @@ from ledger.auth import ApiPrincipal
 from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.selectors import agent_named
+from memory.consolidation.services import memories_supersede
 from memory.episodic.serializers import (
     MemoryBatchSerializer,
     MemoryHistorySerializer,
     MemoryInputSerializer,
     MemorySerializer,
+    MemoryStoredSerializer,
     MemoryStoreSerializer,
+    MemorySupersedeSerializer,
     MemoryUpdateSerializer,
+    validity_from_query,
 )
 from memory.episodic.services import (
     MEMORY_EVENT_KINDS,
@@ -111,20 +116,41 @@ def metadata_filter(raw: str) -> dict[str, Any]:
             ),
             OpenApiParameter("include_expired", bool, description="Also expired ones"),
             OpenApiParameter("include_archived", bool, description="Also archived ones"),
+            OpenApiParameter(
+                "include_superseded",
+                bool,
+                description="Also memories whose validity ended (superseded ones)",
+            ),
+            OpenApiParameter(
+                "as_of",
+                OpenApiTypes.DATETIME,
+                description="Only memories valid then; not with include_superseded",
+            ),
         ],
     ),
     retrieve=extend_schema(summary="Get a memory"),
     create=extend_schema(
         summary="Store a memory",
+        description="The answer says which older memories it superseded (supersedes) and "
+        "which it would (supersession_candidates), by CONSOLIDATION_MODE.",
         request=MemoryStoreSerializer,
-        responses={201: MemorySerializer},
+        responses={201: MemoryStoredSerializer},
     ),
     batch=extend_schema(
         summary="Store several memories of one agent (all or none)",
         request=MemoryBatchSerializer,
         responses={
-            201: inline_serializer("MemoryBatchResult", {"memories": MemorySerializer(many=True)})
+            201: inline_serializer(
+                "MemoryBatchResult", {"memories": MemoryStoredSerializer(many=True)}
+            )
         },
+    ),
+    supersede=extend_schema(
+        summary="Mark older memories of the agent as superseded by this one",
+        description="Each one's validity ends where this memory's begins (valid_from); default "
+        "search, lists and working memory leave them out, as_of still finds them.",
+        request=MemorySupersedeSerializer,
+        responses=MemoryStoredSerializer,
     ),
     partial_update=extend_schema(
         summary="Change a memory's content, type, importance, tags, metadata or expiry",
@@ -146,7 +172,17 @@ class MemoryViewSet(
     pagination_class = NewestFirstCursorPagination
     write_role = Role.AGENT
     agent_bound_actions = frozenset(
-        {"list", "retrieve", "create", "batch", "partial_update", "destroy", "search", "history"}
+        {
+            "list",
+            "retrieve",
+            "create",
+            "batch",
+            "partial_update",
+            "destroy",
+            "search",
+            "history",
+            "supersede",
+        }
     )
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -165,6 +201,8 @@ class MemoryViewSet(
         if self.action in ("destroy", "history"):
             return queryset  # an expired or archived memory can still be deleted or audited
         now = timezone.now()
+        if self.action == "list":  # a superseded memory is still there to read by its id
+            queryset = queryset.filter(validity_from_query(params).q(now=now))
         if params.get("include_archived") != "true":
             queryset = queryset.filter(archived_at__isnull=True)
         if params.get("include_expired") != "true":
@@ -183,7 +221,7 @@ class MemoryViewSet(
             drafts=[serializer.to_draft(dict(serializer.validated_data))],
             actor=self.principal.actor,
         )
-        return Response(self.get_serializer(stored[0]).data, status=status.HTTP_201_CREATED)
+        return Response(MemoryStoredSerializer(stored[0]).data, status=status.HTTP_201_CREATED)
 
     @action(detail=False, methods=["post"])
     def batch(self, request: Request) -> Response:
@@ -197,7 +235,7 @@ class MemoryViewSet(
             actor=self.principal.actor,
         )
         return Response(
-            {"memories": self.get_serializer(stored, many=True).data},
+            {"memories": MemoryStoredSerializer(stored, many=True).data},
             status=status.HTTP_201_CREATED,
         )
 
@@ -210,6 +248,17 @@ class MemoryViewSet(
             changes=dict(serializer.validated_data),
         )
         return Response(self.get_serializer(memory).data)
+
+    @action(detail=True, methods=["post"])
+    def supersede(self, request: Request, pk: str | None = None) -> Response:
+        serializer = MemorySupersedeSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        memory = self.get_object()
+        memory.consolidation = memories_supersede(
+            memory=memory, ids=serializer.validated_data["supersedes"], actor=self.principal.actor
+        )
+        memory.refresh_from_db()
+        return Response(MemoryStoredSerializer(memory).data)
 
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         memory_delete(memory=self.get_object(), actor=self.principal.actor)

@@ -4,6 +4,7 @@ their keyword documents."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -15,6 +16,9 @@ from pgvector.django import BitField, HnswIndex, VectorField
 
 from ledger.models import Agent, Tenant
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+
+if TYPE_CHECKING:
+    from memory.consolidation.services import Consolidation
 
 
 class MemoryRole(models.TextChoices):
@@ -68,6 +72,17 @@ class Memory(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     occurred_at = models.DateTimeField(help_text="When it happened; the store time by default.")
+    # The fact's validity interval (valid time, as Zep's bi-temporal facts; created_at is the
+    # transaction time). valid_from defaults to occurred_at; valid_until is set when a later
+    # memory supersedes this one (memory.consolidation), and then default search and working
+    # memory leave it out while `as_of` still finds it.
+    valid_from = models.DateTimeField(help_text="From when the fact holds; occurred_at by default.")
+    valid_until = models.DateTimeField(
+        null=True, blank=True, help_text="Until when the fact held; null while it holds."
+    )
+    # The id of the memory that superseded this one; an id, not a foreign key, because expiry
+    # deletes memories with set-based SQL that must not trip on (or cascade to) references.
+    superseded_by = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -81,6 +96,8 @@ class Memory(models.Model):
     search_length = models.PositiveIntegerField(default=0)
 
     objects = MemoryQuerySet.as_manager()
+    # Not a column: what consolidation made of the memory as it was stored (memories_store).
+    consolidation: Consolidation | None = None
 
     class Meta:
         indexes = [
@@ -95,7 +112,7 @@ class Memory(models.Model):
             # Index-only: everything an unfiltered nearest-memories query of one agent reads.
             models.Index(
                 fields=["tenant", "agent"],
-                include=["id", "expires_at", "embedding_bits"],
+                include=["id", "expires_at", "valid_from", "valid_until", "embedding_bits"],
                 condition=models.Q(archived_at__isnull=True),
                 name="memory_agent_sketch",
             ),

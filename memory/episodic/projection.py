@@ -12,6 +12,7 @@ from django.utils.dateparse import parse_datetime
 from ledger.models import Event, Tenant
 from ledger.projections import AGENT_DELETED
 from ledger.services import tenant_write_lock
+from memory.consolidation.services import SUPERSEDED
 from memory.episodic.sealing import unseal
 from memory.episodic.services import (
     MEMORY_EVENT_KINDS,
@@ -30,6 +31,9 @@ _COMPARED_FIELDS = (
     "archived_at",
     "last_retrieved_at",
     "retrieval_count",
+    "valid_from",
+    "valid_until",
+    "superseded_by",
 )
 
 
@@ -93,10 +97,17 @@ class MemoryProjection:
             memory_id = int(event.payload["memory_id"])
             if event.kind == "memory.deleted":
                 self._replayed.pop(memory_id, None)
+            elif event.kind == SUPERSEDED and memory_id in self._replayed:
+                self._replayed[memory_id].update(
+                    valid_until=parse_datetime(event.payload["valid_until"]),
+                    superseded_by=int(event.payload["superseded_by"]),
+                    updated_at=event.created_at,
+                )
             elif event.kind == "memory.updated" and memory_id in self._replayed:
                 self._apply_update(self._replayed[memory_id], event, keys.get(memory_id))
             elif event.kind == "memory.stored" and memory_id in keys:
                 sealed = unseal(key=keys[memory_id], sealed=event.payload["sealed"])
+                occurred_at = parse_datetime(event.payload["occurred_at"])
                 self._stored_by.setdefault(int(event.payload["agent_id"]), []).append(memory_id)
                 self._replayed[memory_id] = {
                     "agent_id": event.payload["agent_id"],
@@ -108,7 +119,11 @@ class MemoryProjection:
                     "memory_type": event.payload["memory_type"],
                     "importance": event.payload["importance"],
                     "tags": event.payload["tags"],
-                    "occurred_at": parse_datetime(event.payload["occurred_at"]),
+                    "occurred_at": occurred_at,
+                    # Events from before issue 22 carry no interval: valid since it occurred.
+                    "valid_from": _when(event.payload.get("valid_from")) or occurred_at,
+                    "valid_until": _when(event.payload.get("valid_until")),
+                    "superseded_by": None,
                     "expires_at": parse_datetime(event.payload["expires_at"] or "")
                     if event.payload["expires_at"]
                     else None,

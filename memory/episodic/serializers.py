@@ -1,10 +1,18 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.api import ApiError
+from memory.consolidation.services import SUPERSEDES_MAX, Consolidation
 from memory.episodic.services import MemoryDraft
+from memory.episodic.validity import Validity
 from memory.models import Memory, MemoryRole
 
 
@@ -30,8 +38,71 @@ class MemorySerializer(serializers.ModelSerializer[Memory]):
             "last_retrieved_at",
             "retrieval_count",
             "archived_at",
+            "valid_from",
+            "valid_until",
+            "superseded_by",
         ]
         read_only_fields = fields
+
+
+class SupersessionCandidateSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField(help_text="The older memory's id.")
+    content = serializers.CharField()
+    similarity = serializers.FloatField(
+        allow_null=True, help_text="Cosine to the new memory; null for an explicit id."
+    )
+    reason = serializers.CharField(
+        help_text='"explicit", or what found it: "rule: shared: invoice", "model: UPDATE".'
+    )
+    applied = serializers.BooleanField(
+        help_text="Superseded now; false: only proposed (CONSOLIDATION_MODE=propose)."
+    )
+
+
+class ConsolidationSerializer(serializers.Serializer[Any]):
+    mode = serializers.ChoiceField(choices=["off", "propose", "apply"])
+    decision = serializers.ChoiceField(
+        choices=["add", "supersede", "ignore"],
+        help_text="add: a fact of its own; supersede: it replaces older memories; ignore: it "
+        "repeats one (it is stored all the same).",
+    )
+    decided_by = serializers.CharField(
+        help_text='"rule", "model", "explicit", or empty when nothing was looked for.'
+    )
+    model_error = serializers.CharField(
+        help_text="Why the model's answer was not used (the rule decided); empty otherwise."
+    )
+
+
+class MemoryStoredSerializer(MemorySerializer):
+    """A memory as a write answers it: with what it superseded or would supersede."""
+
+    supersedes = serializers.SerializerMethodField()
+    supersession_candidates = serializers.SerializerMethodField()
+    consolidation = serializers.SerializerMethodField()
+
+    class Meta(MemorySerializer.Meta):
+        fields = [
+            *MemorySerializer.Meta.fields,
+            "supersedes",
+            "supersession_candidates",
+            "consolidation",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_supersedes(self, memory: Memory) -> list[int]:
+        return memory.consolidation.supersedes if memory.consolidation else []
+
+    @extend_schema_field(SupersessionCandidateSerializer(many=True))
+    def get_supersession_candidates(self, memory: Memory) -> list[dict[str, Any]]:
+        found = memory.consolidation.candidates if memory.consolidation else ()
+        return [SupersessionCandidateSerializer(c).data for c in found]
+
+    @extend_schema_field(ConsolidationSerializer)
+    def get_consolidation(self, memory: Memory) -> dict[str, Any]:
+        plan = memory.consolidation or Consolidation(mode="off")
+        return dict(ConsolidationSerializer(plan).data)
 
 
 class MemoryInputSerializer(serializers.Serializer[MemoryDraft]):
@@ -47,6 +118,20 @@ class MemoryInputSerializer(serializers.Serializer[MemoryDraft]):
     expires_at = serializers.DateTimeField(required=False)
     occurred_at = serializers.DateTimeField(required=False)
     embedding = serializers.ListField(child=serializers.FloatField(), required=False)
+    valid_from = serializers.DateTimeField(
+        required=False, help_text="From when the fact holds; occurred_at by default."
+    )
+    valid_until = serializers.DateTimeField(
+        required=False, help_text="Until when it holds, when known (a later memory may end it)."
+    )
+    supersedes = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        default=list,
+        max_length=SUPERSEDES_MAX,
+        help_text="Ids of the agent's older memories this one replaces: their validity ends "
+        "where this one's begins, and default search leaves them out.",
+    )
 
     def to_draft(self, data: dict[str, Any]) -> MemoryDraft:
         return MemoryDraft(
@@ -60,6 +145,9 @@ class MemoryInputSerializer(serializers.Serializer[MemoryDraft]):
             expires_at=data.get("expires_at"),
             occurred_at=data.get("occurred_at"),
             embedding=data.get("embedding"),
+            valid_from=data.get("valid_from"),
+            valid_until=data.get("valid_until"),
+            supersedes=tuple(data["supersedes"]),
         )
 
 
@@ -72,6 +160,15 @@ class MemoryStoreSerializer(MemoryInputSerializer):
 class MemoryBatchSerializer(serializers.Serializer[Any]):
     agent = serializers.CharField(max_length=200, required=False)
     memories = MemoryInputSerializer(many=True, allow_empty=False)
+
+
+class MemorySupersedeSerializer(serializers.Serializer[Any]):
+    supersedes = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        allow_empty=False,
+        max_length=SUPERSEDES_MAX,
+        help_text="Ids of the agent's memories this memory replaces.",
+    )
 
 
 class MemoryHistorySerializer(serializers.Serializer[Any]):
@@ -90,3 +187,31 @@ class MemoryUpdateSerializer(serializers.Serializer[Any]):
         child=serializers.CharField(max_length=100), required=False, max_length=50
     )
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+def validity_chosen(*, as_of: datetime | None, include_superseded: bool) -> Validity:
+    """The validity a request asks for; both at once is refused (``invalid_parameter``)."""
+    if as_of is not None and include_superseded:
+        raise ApiError(
+            code="invalid_parameter",
+            message="Give as_of (what was valid then) or include_superseded (everything), "
+            "not both.",
+        )
+    return Validity(as_of=as_of, include_superseded=include_superseded)
+
+
+def validity_from_query(params: Mapping[str, str]) -> Validity:
+    """The validity of a list's query parameters ``as_of`` and ``include_superseded``."""
+    as_of = None
+    if params.get("as_of"):
+        as_of = parse_datetime(params["as_of"])
+        if as_of is None:
+            raise ApiError(
+                code="invalid_parameter",
+                message="as_of must be an ISO 8601 date and time, e.g. 2026-05-01T12:00:00Z.",
+            )
+        if timezone.is_naive(as_of):
+            as_of = timezone.make_aware(as_of, UTC)
+    return validity_chosen(
+        as_of=as_of, include_superseded=params.get("include_superseded") == "true"
+    )

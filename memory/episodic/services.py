@@ -23,6 +23,12 @@ from ledger.services import (
     events_append,
     tenant_write_lock,
 )
+from memory.consolidation.services import (
+    SUPERSEDED,
+    consolidation_plan,
+    supersedes_check,
+    supersessions_apply,
+)
 from memory.embeddings.backends import (
     EmbeddingUnavailable,
     embed_texts,
@@ -50,6 +56,7 @@ MEMORY_EVENT_KINDS = frozenset(
         "memory.archived",
         "memory.expired",
         "memory.retrieved",
+        SUPERSEDED,
     }
 )
 
@@ -68,6 +75,11 @@ class MemoryDraft:
     expires_at: datetime | None = None
     occurred_at: datetime | None = None
     embedding: list[float] | None = None
+    # The validity interval; valid_from defaults to occurred_at (memory.episodic.validity).
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    # Ids of the agent's older memories this one supersedes.
+    supersedes: tuple[int, ...] = ()
 
 
 def _memory_problem(draft: MemoryDraft, now: datetime) -> tuple[str, str] | None:
@@ -91,6 +103,9 @@ def _memory_problem(draft: MemoryDraft, now: datetime) -> tuple[str, str] | None
         return "expires_in_past", "expires_at must be in the future."
     if draft.embedding is not None:
         return embedding_problem(draft.embedding)
+    valid_from = draft.valid_from or draft.occurred_at or now
+    if draft.valid_until is not None and draft.valid_until <= valid_from:
+        return "invalid_range", "valid_until must be after valid_from (occurred_at by default)."
     return None
 
 
@@ -129,6 +144,9 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
             code, message = problem
             prefix = f"Memory {index}: " if len(drafts) > 1 else ""
             raise ApiError(code=code, message=prefix + message, details={"index": index})
+    explicit = [pk for draft in drafts for pk in draft.supersedes]
+    if explicit:
+        supersedes_check(agent=agent, ids=explicit)
     rows = []
     for draft in drafts:
         memory_type = draft.memory_type or policies.memory_type_infer(
@@ -160,21 +178,36 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
                 metadata=draft.metadata,
                 tags=draft.tags,
                 occurred_at=occurred_at,
+                valid_from=draft.valid_from or occurred_at,
+                valid_until=draft.valid_until,
                 created_at=now,
                 updated_at=now,
                 expires_at=draft.expires_at
                 or policies.expires_at_default(memory_type=memory_type, created_at=now),
             )
         )
-    return _memories_write(agent=agent, rows=rows, actor=actor, histories=None)
+    _embed_missing(rows)
+    # Neighbours (and the model, when configured) are read before the tenant's lock is taken.
+    plans = [
+        consolidation_plan(
+            agent=agent, memory=row, explicit=draft.supersedes, use_model=len(drafts) == 1
+        )
+        for row, draft in zip(rows, drafts, strict=True)
+    ]
+    with transaction.atomic():
+        stored = _memories_write(agent=agent, rows=rows, actor=actor, histories=None)
+        for memory, plan in zip(stored, plans, strict=True):
+            memory.consolidation = supersessions_apply(
+                memory=memory, plan=plan, actor=actor, now=now
+            )
+    return stored
 
 
 def _memories_write(
     *, agent: Agent, rows: list[Memory], actor: str, histories: Sequence[Any] | None
 ) -> list[Memory]:
-    """Embed what has no vector yet, then insert the rows, their keys and their events.
-    ``histories``: the rows are imported, and these are their recorded histories."""
-    _embed_missing(rows)
+    """Insert the rows (embedded by the caller, as far as the embedder could), their keys and
+    their events. ``histories``: the rows are imported, and these are their recorded histories."""
     with transaction.atomic():
         tenant_write_lock(agent.tenant)
         stored = Memory.objects.bulk_create(rows)
@@ -266,6 +299,7 @@ def memories_import(*, agent: Agent, records: Sequence[MemoryRecord], actor: str
             metadata=r.metadata,
             tags=r.tags,
             occurred_at=r.occurred_at,
+            valid_from=r.occurred_at,
             created_at=r.created_at,
             updated_at=r.updated_at,
             expires_at=r.expires_at,
@@ -275,6 +309,7 @@ def memories_import(*, agent: Agent, records: Sequence[MemoryRecord], actor: str
         )
         for r in records
     ]
+    _embed_missing(rows)
     return _memories_write(
         agent=agent, rows=rows, actor=actor, histories=[r.history for r in records]
     )
@@ -322,6 +357,8 @@ def _stored_payload(
         "importance": memory.importance,
         "tags": list(memory.tags),
         "occurred_at": memory.occurred_at.isoformat(),
+        "valid_from": memory.valid_from.isoformat(),
+        "valid_until": memory.valid_until.isoformat() if memory.valid_until else None,
         "expires_at": memory.expires_at.isoformat() if memory.expires_at else None,
         "sealed": seal(
             key=key,

@@ -45,5 +45,6 @@ class MemorySearchActions:
             weights=data.get("weights"),
             threshold=data.get("threshold"),
             vector=data.get("embedding"),
+            validity=data["validity"],
         )
         return Response(SearchResultSerializer(outcome).data)

@@ -19,8 +19,9 @@ from ledger.selectors import event_visible_params, event_visible_sql
 from memory.embeddings.backends import embedder_name
 from memory.episodic import policies
 from memory.episodic.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
+from memory.episodic.validity import CURRENTLY_VALID, VALIDITY_SQL, Validity
 from memory.search.plans import (
-    ACTIVE_ROWS,
+    LIVE_ROWS,
     SemanticPlan,
     cosine_similarity_sql,
     hnsw_ef_search,
@@ -48,6 +49,9 @@ EVENT_CANDIDATES = 50
 # The audit log's semantic leg compares the query with the tenant's newest embedded events.
 EVENT_SEMANTIC_WINDOW = 2000
 KNOWLEDGE_CANDIDATES = 50
+# The agent's memories a search reads: live (not archived, not expired) and valid by the
+# request's validity (memory.episodic.validity: by default those still valid).
+SEARCHED_ROWS = LIVE_ROWS + VALIDITY_SQL
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,8 @@ FILTER_SQL = {
 # tag on 200,000 of 2,000,000 rows).
 KEYWORD_LEG = """
     SELECT id FROM (
-        SELECT id, tenant_id, agent_id, archived_at, expires_at, session_id, memory_type, tags,
-               metadata
+        SELECT id, tenant_id, agent_id, archived_at, expires_at, valid_from, valid_until,
+               session_id, memory_type, tags, metadata
         FROM memory_memory
         WHERE memory_agent_lexemes(agent_id, search_vector) && %(agent_lexemes)s::text[]
         OFFSET 0
@@ -204,7 +208,7 @@ def keyword_leg_sql(filters: SearchFilters) -> str:
 
 def filtered_where(filters: SearchFilters) -> str:
     """The agent's active memories, narrowed by the filters given (a SQL condition)."""
-    return ACTIVE_ROWS + "".join(
+    return SEARCHED_ROWS + "".join(
         clause for name, clause in FILTER_SQL.items() if getattr(filters, name)
     )
 
@@ -216,6 +220,7 @@ def memory_candidates_query(
     vector: Sequence[float] | None,
     filters: SearchFilters,
     now: datetime,
+    validity: Validity = CURRENTLY_VALID,
 ) -> tuple[str, dict[str, Any]]:
     """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
     with read_connection.cursor() as cursor:
@@ -243,6 +248,7 @@ def memory_candidates_query(
         "tenant": agent.tenant_id,
         "agent": agent.pk,
         "now": now,
+        **validity.params(),
         "vector": vector_literal(vector) if vector is not None else None,
         "dense_k": dense_candidates(documents, filters),
         "keyword_k": MEMORY_KEYWORD_CANDIDATES,
@@ -282,9 +288,10 @@ def memory_candidates(
     vector: Sequence[float] | None,
     filters: SearchFilters,
     now: datetime,
+    validity: Validity = CURRENTLY_VALID,
 ) -> list[Candidate]:
     sql, params = memory_candidates_query(
-        agent=agent, query=query, vector=vector, filters=filters, now=now
+        agent=agent, query=query, vector=vector, filters=filters, now=now, validity=validity
     )
     with (
         transaction.atomic(using=read_connection.alias, savepoint=False),

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
+from memory.episodic.validity import CURRENTLY_VALID_SQL
+
 # HNSW's candidate list while scanning. Filters (agent, tags, expiry) reject most of what the
 # index offers; the list must be wide enough to keep recall@10 against exact search above 0.95
 # (bench/memory_scale.py, 2,000,000 memories, the graph built with ef_construction 128, 200
@@ -145,8 +147,11 @@ def vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(value)) for value in vector) + "]"
 
 
-ACTIVE_ROWS = """tenant_id = %(tenant)s AND agent_id = %(agent)s AND archived_at IS NULL
+# The agent's memories that may be returned at all: not archived, not expired.
+LIVE_ROWS = """tenant_id = %(tenant)s AND agent_id = %(agent)s AND archived_at IS NULL
   AND (expires_at IS NULL OR expires_at > %(now)s)"""
+# ... and whose facts still hold (memory.episodic.validity): what a default read returns.
+ACTIVE_ROWS = LIVE_ROWS + CURRENTLY_VALID_SQL
 
 
 def nearest_sql(agent_memories: int) -> str:

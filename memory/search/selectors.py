@@ -39,6 +39,7 @@ from config.routers import lag_tolerant, read_connection
 from config.sql import row_named, rows_named
 from ledger.models import Agent
 from memory.embeddings.backends import EmbeddingUnavailable, embed_query
+from memory.episodic.validity import CURRENTLY_VALID, Validity
 from memory.search.legs import (
     SearchFilters,
     event_candidates,
@@ -130,6 +131,7 @@ def memories_search(
     now: datetime | None = None,
     record_retrieval: bool = True,
     vector: Sequence[float] | None = None,
+    validity: Validity = CURRENTLY_VALID,
 ) -> SearchOutcome:
     """Search the agent's memories, the ledger it may see and the knowledge base (SPEC 5).
 
@@ -137,7 +139,8 @@ def memories_search(
     memories get their retrieval statistics updated by a task, after the response, unless
     ``record_retrieval`` is false: a person looking through an agent's memories (the memory
     explorer) is not the agent using them, and must not keep them from decaying. ``vector`` is
-    the query's embedding when the caller already has it (from the same model).
+    the query's embedding when the caller already has it (from the same model). ``validity``
+    says which of the agent's memories by their validity interval (default: those still valid).
     """
     started = time.perf_counter()
     moment = now or timezone.now()
@@ -149,7 +152,12 @@ def memories_search(
     candidates: list[Candidate] = []
     if AGENT_MEMORY in sources:
         candidates += memory_candidates(
-            agent=agent, query=query, vector=vector, filters=filters or SearchFilters(), now=moment
+            agent=agent,
+            query=query,
+            vector=vector,
+            filters=filters or SearchFilters(),
+            now=moment,
+            validity=validity,
         )
     if AUDIT_LOG in sources or WORKFLOW_STEPS in sources:
         candidates += event_candidates(agent=agent, query=query, vector=vector, sources=sources)

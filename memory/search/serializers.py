@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from config.api import ApiError
 from memory.embeddings.backends import embedding_problem, unit_vector
+from memory.episodic.serializers import validity_chosen
 from memory.search.legs import SearchFilters
 from memory.search.ranking import SOURCES, SearchHit, SearchWeights
 
@@ -72,12 +73,30 @@ class SearchRequestSerializer(serializers.Serializer[Any]):
         help_text="Override any of similarity, recency, importance, source_priority.",
     )
     threshold = serializers.FloatField(required=False, allow_null=True)
+    include_superseded = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Also the agent's memories whose validity ended (superseded ones).",
+    )
+    as_of = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Only the agent's memories valid at this moment (what held then); not with "
+        "include_superseded.",
+    )
     embedding = serializers.ListField(
         child=serializers.FloatField(),
         required=False,
         help_text="The query's vector, when the caller has already embedded it with this "
         "deployment's embedding model; the service then does not embed the query itself.",
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs["validity"] = validity_chosen(
+            as_of=attrs.pop("as_of", None),
+            include_superseded=attrs.pop("include_superseded", False),
+        )
+        return attrs
 
     def validate_query(self, value: str) -> str:
         if not value.strip():

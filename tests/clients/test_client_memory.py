@@ -53,6 +53,32 @@ def test_it_stores_a_batch_pages_through_it_and_searches(agent: Client):
     assert set(found["results"][0]["breakdown"]) >= {"similarity"}
 
 
+def test_a_changed_fact_supersedes_the_old_one_through_the_client(agent: Client):
+    eur = agent.memories_create(
+        content="I prefer invoices in EUR.", occurred_at="2026-05-01T09:00:00Z"
+    )
+    gbp = agent.memories_create(
+        content="Now I prefer GBP for invoices.",
+        occurred_at="2026-06-01T09:00:00Z",
+        supersedes=[eur["id"]],
+    )
+    assert gbp["supersedes"] == [eur["id"]]
+    found = agent.memories_search(query="invoice currency", sources=["agent_memory"])
+    assert [hit["content"] for hit in found["results"]] == ["Now I prefer GBP for invoices."]
+    then = agent.memories_search(
+        query="invoice currency", sources=["agent_memory"], as_of="2026-05-15T00:00:00Z"
+    )
+    assert [hit["content"] for hit in then["results"]] == ["I prefer invoices in EUR."]
+    listed = agent.memories_list(include_superseded=True).results
+    assert {m["id"]: m["superseded_by"] for m in listed} == {eur["id"]: gbp["id"], gbp["id"]: None}
+    later = agent.memories_create(content="From July, invoices in USD.")
+    moved = agent.memories_supersede(later["id"], supersedes=[gbp["id"]])
+    assert moved["supersedes"] == [gbp["id"]]
+    with pytest.raises(BadRequestError) as caught:
+        agent.memories_supersede(later["id"], supersedes=[gbp["id"]])
+    assert caught.value.code == "invalid_supersedes"
+
+
 def test_it_refuses_bad_memories_with_the_servers_code(agent: Client):
     with pytest.raises(BadRequestError) as caught:
         agent.memories_create(content="   ")

@@ -111,6 +111,18 @@ async def _every_tool(session: ClientSession, *, others_memory: int) -> dict[str
         text="The retry loop hides the timeout; the failure must be reported, not swallowed.",
         rubric_citations=["correctness"],
     )
+    old = await call("store_memory", content="Standups are at 9:30.")
+    seen["replacing"] = await call(
+        "store_memory", content="Standups are at 10:00 now.", supersedes=[old["id"]]
+    )
+    later = await call("store_memory", content="From June standups are at 10:30.")
+    seen["superseding"] = await call(
+        "supersede_memory", memory_id=later["id"], supersedes=[seen["replacing"]["id"]]
+    )
+    seen["standups"] = await call("search_memories", query="when are standups?", top_k=5)
+    seen["standups_then"] = await call(
+        "search_memories", query="when are standups?", top_k=5, include_superseded=True
+    )
     seen["trust"] = await call("get_my_trust")
     missing = await session.call_tool("retrieve_content", {"item_id": "nope"})
     seen["missing"] = (missing.isError, missing.content[0].text)
@@ -147,6 +159,12 @@ def _check_every_tool(seen: dict[str, Any]) -> None:
     dissent = Dissent.objects.get(pk=seen["dissent"]["id"])
     assert dissent.agent.name == "Planner"
     assert dissent.rubric_citations == ["correctness"]
+    replaced = seen["replacing"]["supersedes"]
+    assert Memory.objects.get(pk=replaced[0]).superseded_by == seen["replacing"]["id"]
+    assert seen["superseding"]["supersedes"] == [seen["replacing"]["id"]]
+    standups = [hit["content"] for hit in seen["standups"] if "tandups" in hit["content"]]
+    assert standups == ["From June standups are at 10:30."]
+    assert len([h for h in seen["standups_then"] if "tandups" in h["content"]]) == 3
     assert seen["trust"]["agent"] == "Planner"
     assert seen["trust"]["dissents"] == 1
     assert 0 <= seen["trust"]["trust_score"] <= 1

@@ -70,6 +70,7 @@ OPERATIONS: dict[str, tuple[str, str, str]] = {
     "memories_update": ("PATCH", "/api/v1/memories/{id}/", "memories_update"),
     "memories_delete": ("DELETE", "/api/v1/memories/{id}/", "memories_delete"),
     "memories_history_list": ("GET", "/api/v1/memories/{id}/history/", "memories_history_list"),
+    "memories_supersede": ("POST", "/api/v1/memories/{id}/supersede/", "memories_supersede"),
     "memories_create_batch": ("POST", "/api/v1/memories/batch/", "memories_create_batch"),
     "memories_search": ("POST", "/api/v1/memories/search/", "memories_search"),
     "overrides_list": ("GET", "/api/v1/overrides/", "overrides_list"),

@@ -30,6 +30,8 @@ INSTRUCTIONS = """\
 Long-term memory for one agent, shared with the other agents and people of its team. Use
 search_memories before answering from memory and store_memory for facts worth keeping beyond
 this conversation; list_memories, update_memory and delete_memory keep what is stored correct.
+When a fact changes, store the new one with supersedes=[old ids] (or call supersede_memory):
+the old one stays as history but no longer comes back from search.
 Large tool outputs (logs, pages, query results) go to store_content; read them back in pieces
 with retrieve_content instead of pasting them into the conversation.
 recall brings back what happened earlier in a run. log_dissent records a disagreement with the
@@ -43,6 +45,7 @@ TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
     "list_memories": ("memories_list",),
     "update_memory": ("memories_update",),
     "delete_memory": ("memories_delete",),
+    "supersede_memory": ("memories_supersede",),
     "store_content": ("content_items_create",),
     "retrieve_content": ("content_items_get",),
     "query_content": ("content_items_list",),
@@ -81,15 +84,27 @@ def build_server(
             "Use it before answering anything that earlier conversations, decisions or "
             "documents may settle. Returns the best matches first, each with its source, id, "
             "text and a relevance score between 0 and 1; an empty list means nothing relevant "
-            "is remembered."
+            "is remembered. Facts that a newer memory superseded are left out; pass "
+            "include_superseded=true for them too, or as_of (an ISO 8601 date-time) for what "
+            "held at that moment."
         )
     )
     async def search_memories(
-        query: str, top_k: int = 5, sources: list[str] | None = None
+        query: str,
+        top_k: int = 5,
+        sources: list[str] | None = None,
+        include_superseded: bool | None = None,
+        as_of: str | None = None,
     ) -> list[dict[str, Any]]:
         try:
             found = await client.memories_search(
-                **_given(query=query, top_k=top_k, sources=sources)
+                **_given(
+                    query=query,
+                    top_k=top_k,
+                    sources=sources,
+                    include_superseded=include_superseded,
+                    as_of=as_of,
+                )
             )
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
@@ -109,8 +124,10 @@ def build_server(
             "later conversation can find it with search_memories. Write it as a self-contained "
             "sentence (who, what, when). Optional: memory_type (e.g. 'fact', 'preference', "
             "'decision'), importance from 0 to 1, tags, a session_id to group a conversation, "
-            "metadata (a JSON object). Returns the stored memory's id, type, importance and "
-            "expiry."
+            "metadata (a JSON object), supersedes (ids of your older memories this one replaces, "
+            "e.g. an old preference). Returns the stored memory's id, type, importance, expiry, "
+            "the ids it superseded and supersession_candidates: older memories that look "
+            "replaced by it (applied=false: pass their ids to supersede_memory if they are)."
         )
     )
     async def store_memory(
@@ -120,6 +137,7 @@ def build_server(
         tags: list[str] | None = None,
         session_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        supersedes: list[int] | None = None,
     ) -> dict[str, Any]:
         fields = _given(
             content=content,
@@ -128,19 +146,21 @@ def build_server(
             tags=tags,
             session_id=session_id,
             metadata=metadata,
+            supersedes=supersedes,
         )
         try:
             memory = await client.memories_create(**fields)
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
-        return _pick(memory, ("id", "memory_type", "importance", "tags", "expires_at"))
+        return _stored_summary(memory)
 
     @server.tool(
         description=(
             "List your stored memories, newest first, to review what you remember or find one "
             "to correct: filter by memory_type, tag or session_id. Returns up to 'limit' "
             "memories (id, content, type, importance, tags, session, dates) and a next_cursor; "
-            "pass it back as 'cursor' for the next page (null: there is no more)."
+            "pass it back as 'cursor' for the next page (null: there is no more). "
+            "include_superseded=true lists replaced facts too (superseded_by names the newer)."
         )
     )
     async def list_memories(
@@ -149,6 +169,7 @@ def build_server(
         session_id: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        include_superseded: bool | None = None,
     ) -> dict[str, Any]:
         try:
             page = await client.memories_list(
@@ -157,6 +178,7 @@ def build_server(
                 session_id=session_id,
                 page_size=limit,
                 cursor=cursor,
+                include_superseded=include_superseded,
             )
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
@@ -196,6 +218,21 @@ def build_server(
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
         return _memory_summary(memory)
+
+    @server.tool(
+        description=(
+            "Mark older memories of yours as replaced by a newer one (memory_id): use it when a "
+            "fact changed (a new preference, role, plan or date). The older ones stay as "
+            "history (search_memories with as_of finds them) but ordinary searches no longer "
+            "return them. Returns the newer memory and the ids it now supersedes."
+        )
+    )
+    async def supersede_memory(memory_id: int, supersedes: list[int]) -> dict[str, Any]:
+        try:
+            memory = await client.memories_supersede(memory_id, supersedes=supersedes)
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return _stored_summary(memory)
 
     @server.tool(
         description=(
@@ -434,7 +471,18 @@ def _item_summary(item: types.ContentItem) -> dict[str, Any]:
 
 def _memory_summary(memory: types.Memory) -> dict[str, Any]:
     fields = ("id", "content", "memory_type", "importance", "tags", "session_id")
-    return _pick(memory, (*fields, "created_at", "updated_at", "expires_at"))
+    validity = ("valid_from", "valid_until", "superseded_by")
+    return _pick(memory, (*fields, "created_at", "updated_at", "expires_at", *validity))
+
+
+def _stored_summary(memory: types.MemoryStored) -> dict[str, Any]:
+    summary = _pick(memory, ("id", "memory_type", "importance", "tags", "expires_at"))
+    summary["supersedes"] = memory["supersedes"]
+    summary["supersession_candidates"] = [
+        _pick(candidate, ("id", "content", "applied"))
+        for candidate in memory["supersession_candidates"]
+    ]
+    return summary
 
 
 if __name__ == "__main__":  # python -m ledgered_memory.mcp_server, as before the console script

@@ -30,9 +30,11 @@ class MemoriesOperations(AsyncTransport):
         self,
         *,
         agent: str | None = None,
+        as_of: str | None = None,
         cursor: str | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
+        include_superseded: bool | None = None,
         memory_type: str | None = None,
         metadata: str | None = None,
         page_size: int | None = None,
@@ -44,9 +46,11 @@ class MemoriesOperations(AsyncTransport):
         ``GET /api/v1/memories/``
 
         ``agent``: Agent name
+        ``as_of``: Only memories valid then; not with include_superseded
         ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
+        ``include_superseded``: Also memories whose validity ended (superseded ones)
         ``metadata``: Metadata containing this JSON object, e.g. {"source": "slack"}
         ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``tag``: Memories carrying this tag
@@ -58,9 +62,11 @@ class MemoriesOperations(AsyncTransport):
                     "/memories/",
                     params=query(
                         agent=agent,
+                        as_of=as_of,
                         cursor=cursor,
                         include_archived=include_archived,
                         include_expired=include_expired,
+                        include_superseded=include_superseded,
                         memory_type=memory_type,
                         metadata=metadata,
                         page_size=page_size,
@@ -75,8 +81,10 @@ class MemoriesOperations(AsyncTransport):
         self,
         *,
         agent: str | None = None,
+        as_of: str | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
+        include_superseded: bool | None = None,
         memory_type: str | None = None,
         metadata: str | None = None,
         page_size: int | None = None,
@@ -87,8 +95,10 @@ class MemoriesOperations(AsyncTransport):
         return self.paginate(
             lambda cursor: self.memories_list(
                 agent=agent,
+                as_of=as_of,
                 include_archived=include_archived,
                 include_expired=include_expired,
+                include_superseded=include_superseded,
                 memory_type=memory_type,
                 metadata=metadata,
                 page_size=page_size,
@@ -100,13 +110,13 @@ class MemoriesOperations(AsyncTransport):
 
     async def memories_create(
         self, *, idempotency_key: str | None = None, **body: Unpack[types.MemoryStoreRequest]
-    ) -> types.Memory:
+    ) -> types.MemoryStored:
         """Store a memory.
 
         ``POST /api/v1/memories/``
         """
         return cast(
-            "types.Memory",
+            "types.MemoryStored",
             await self.request(
                 Call("POST", "/memories/", body=body, idempotency_key=idempotency_key)
             ),
@@ -146,6 +156,29 @@ class MemoriesOperations(AsyncTransport):
         return cast(
             "list[types.MemoryHistory]",
             await self.request(Call("GET", f"/memories/{segment(id)}/history/")),
+        )
+
+    async def memories_supersede(
+        self,
+        id: int,
+        *,
+        idempotency_key: str | None = None,
+        **body: Unpack[types.MemorySupersedeRequest],
+    ) -> types.MemoryStored:
+        """Mark older memories of the agent as superseded by this one.
+
+        ``POST /api/v1/memories/{id}/supersede/``
+        """
+        return cast(
+            "types.MemoryStored",
+            await self.request(
+                Call(
+                    "POST",
+                    f"/memories/{segment(id)}/supersede/",
+                    body=body,
+                    idempotency_key=idempotency_key,
+                )
+            ),
         )
 
     async def memories_create_batch(

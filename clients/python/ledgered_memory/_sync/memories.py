@@ -28,9 +28,11 @@ class MemoriesOperations(SyncTransport):
         self,
         *,
         agent: str | None = None,
+        as_of: str | None = None,
         cursor: str | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
+        include_superseded: bool | None = None,
         memory_type: str | None = None,
         metadata: str | None = None,
         page_size: int | None = None,
@@ -42,9 +44,11 @@ class MemoriesOperations(SyncTransport):
         ``GET /api/v1/memories/``
 
         ``agent``: Agent name
+        ``as_of``: Only memories valid then; not with include_superseded
         ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
+        ``include_superseded``: Also memories whose validity ended (superseded ones)
         ``metadata``: Metadata containing this JSON object, e.g. {"source": "slack"}
         ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         ``tag``: Memories carrying this tag
@@ -56,9 +60,11 @@ class MemoriesOperations(SyncTransport):
                     "/memories/",
                     params=query(
                         agent=agent,
+                        as_of=as_of,
                         cursor=cursor,
                         include_archived=include_archived,
                         include_expired=include_expired,
+                        include_superseded=include_superseded,
                         memory_type=memory_type,
                         metadata=metadata,
                         page_size=page_size,
@@ -73,8 +79,10 @@ class MemoriesOperations(SyncTransport):
         self,
         *,
         agent: str | None = None,
+        as_of: str | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
+        include_superseded: bool | None = None,
         memory_type: str | None = None,
         metadata: str | None = None,
         page_size: int | None = None,
@@ -85,8 +93,10 @@ class MemoriesOperations(SyncTransport):
         return self.paginate(
             lambda cursor: self.memories_list(
                 agent=agent,
+                as_of=as_of,
                 include_archived=include_archived,
                 include_expired=include_expired,
+                include_superseded=include_superseded,
                 memory_type=memory_type,
                 metadata=metadata,
                 page_size=page_size,
@@ -98,13 +108,13 @@ class MemoriesOperations(SyncTransport):
 
     def memories_create(
         self, *, idempotency_key: str | None = None, **body: Unpack[types.MemoryStoreRequest]
-    ) -> types.Memory:
+    ) -> types.MemoryStored:
         """Store a memory.
 
         ``POST /api/v1/memories/``
         """
         return cast(
-            "types.Memory",
+            "types.MemoryStored",
             self.request(Call("POST", "/memories/", body=body, idempotency_key=idempotency_key)),
         )
 
@@ -141,6 +151,29 @@ class MemoriesOperations(SyncTransport):
         return cast(
             "list[types.MemoryHistory]",
             self.request(Call("GET", f"/memories/{segment(id)}/history/")),
+        )
+
+    def memories_supersede(
+        self,
+        id: int,
+        *,
+        idempotency_key: str | None = None,
+        **body: Unpack[types.MemorySupersedeRequest],
+    ) -> types.MemoryStored:
+        """Mark older memories of the agent as superseded by this one.
+
+        ``POST /api/v1/memories/{id}/supersede/``
+        """
+        return cast(
+            "types.MemoryStored",
+            self.request(
+                Call(
+                    "POST",
+                    f"/memories/{segment(id)}/supersede/",
+                    body=body,
+                    idempotency_key=idempotency_key,
+                )
+            ),
         )
 
     def memories_create_batch(

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+ConsolidationModeEnum = Literal["off", "propose", "apply"]
+DecisionEnum = Literal["add", "supersede", "ignore"]
 MemoryRoleEnum = Literal["user", "assistant", "system", "tool_result"]
-ModeEnum = Literal["episodic", "salience"]
+RecallModeEnum = Literal["episodic", "salience"]
 SourceEnum = Literal["agent_memory", "audit_log", "workflow_steps", "knowledge_base"]
+
+
+class Consolidation(TypedDict):
+    mode: ConsolidationModeEnum
+    decision: DecisionEnum
+    decided_by: str
+    model_error: str
 
 
 class ContextChunk(TypedDict):
@@ -78,6 +87,9 @@ class Memory(TypedDict):
     last_retrieved_at: str | None
     retrieval_count: int
     archived_at: str | None
+    valid_from: str
+    valid_until: str | None
+    superseded_by: int | None
 
 
 class MemoryBatchRequest(TypedDict):
@@ -86,7 +98,7 @@ class MemoryBatchRequest(TypedDict):
 
 
 class MemoryBatchResult(TypedDict):
-    memories: list[Memory]
+    memories: list[MemoryStored]
 
 
 class MemoryHistory(TypedDict):
@@ -107,6 +119,9 @@ class MemoryInputRequest(TypedDict):
     expires_at: NotRequired[str]
     occurred_at: NotRequired[str]
     embedding: NotRequired[list[float]]
+    valid_from: NotRequired[str]
+    valid_until: NotRequired[str]
+    supersedes: NotRequired[list[int]]
 
 
 class MemoryStoreRequest(TypedDict):
@@ -120,7 +135,41 @@ class MemoryStoreRequest(TypedDict):
     expires_at: NotRequired[str]
     occurred_at: NotRequired[str]
     embedding: NotRequired[list[float]]
+    valid_from: NotRequired[str]
+    valid_until: NotRequired[str]
+    supersedes: NotRequired[list[int]]
     agent: NotRequired[str]
+
+
+class MemoryStored(TypedDict):
+    """A memory as a write answers it: with what it superseded or would supersede."""
+
+    id: int
+    agent: str
+    session_id: str
+    role: MemoryRoleEnum
+    content: str
+    memory_type: str
+    importance: float
+    metadata: Any
+    tags: list[str]
+    occurred_at: str
+    created_at: str
+    updated_at: str
+    expires_at: str | None
+    last_retrieved_at: str | None
+    retrieval_count: int
+    archived_at: str | None
+    valid_from: str
+    valid_until: str | None
+    superseded_by: int | None
+    supersedes: list[int]
+    supersession_candidates: list[SupersessionCandidate]
+    consolidation: Consolidation
+
+
+class MemorySupersedeRequest(TypedDict):
+    supersedes: list[int]
 
 
 class PaginatedMemoryList(TypedDict):
@@ -167,7 +216,7 @@ class RecallItem(TypedDict):
 class RecallRequest(TypedDict):
     agent: NotRequired[str]
     run_id: str
-    mode: NotRequired[ModeEnum]
+    mode: NotRequired[RecallModeEnum]
     query: NotRequired[str]
     current_turn: NotRequired[int]
     top_k: NotRequired[int]
@@ -242,6 +291,8 @@ class SearchRequest(TypedDict):
     filters: NotRequired[SearchFiltersRequest]
     weights: NotRequired[SearchWeightsRequest]
     threshold: NotRequired[float | None]
+    include_superseded: NotRequired[bool]
+    as_of: NotRequired[str | None]
     embedding: NotRequired[list[float]]
 
 
@@ -259,3 +310,11 @@ class SearchWeightsRequest(TypedDict):
     recency: NotRequired[float]
     importance: NotRequired[float]
     source_priority: NotRequired[float]
+
+
+class SupersessionCandidate(TypedDict):
+    id: int
+    content: str
+    similarity: float | None
+    reason: str
+    applied: bool

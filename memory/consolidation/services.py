@@ -1,0 +1,330 @@
+"""Supersession: a memory that states the same thing about the same subject as older ones
+closes their validity (``valid_until``) and names itself their successor (``superseded_by``),
+each change a ``memory.superseded`` event in the transaction of the write that caused it.
+
+A store (``memory.episodic.services.memories_store``) asks ``consolidation_plan`` before it
+takes the tenant's lock (the nearest neighbours and, when configured, the model are read
+outside it) and ``supersessions_apply`` inside it. Explicit ids (``supersedes``) are applied in
+every mode; the rule's or the model's proposals only under ``CONSOLIDATION_MODE=apply``.
+``memories_supersede`` marks supersession after the fact.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from config.api import ApiError
+from config.http import ExternalServiceError
+from config.sql import rows_named
+from ledger.models import Agent
+from ledger.services import EventDraft, events_append, tenant_write_lock
+from memory.consolidation.model import model_decide
+from memory.consolidation.rules import RuleSettings, rule_verdict
+from memory.embeddings.backends import EmbeddingUnavailable, embed_texts
+from memory.models import Memory
+from memory.search.selectors import memories_nearest
+
+logger = logging.getLogger(__name__)
+
+SUPERSEDED = "memory.superseded"
+# The most ids one request may name in ``supersedes``.
+SUPERSEDES_MAX = 100
+EXPLICIT = "explicit"
+
+
+@dataclass(frozen=True)
+class SupersessionCandidate:
+    """An older memory the new one supersedes (``applied``) or would supersede (proposed)."""
+
+    id: int
+    content: str
+    similarity: float | None
+    # "explicit", or what decided it: "rule: shared: invoice", "model: UPDATE".
+    reason: str
+    applied: bool = False
+
+    @property
+    def explicit(self) -> bool:
+        return self.reason == EXPLICIT
+
+
+@dataclass(frozen=True)
+class Consolidation:
+    """What consolidation made of one new memory."""
+
+    mode: str
+    # add: a fact of its own; supersede: it replaces older ones; ignore: it repeats one.
+    decision: str = "add"
+    # "rule", "model", "explicit" or "" (nothing was looked for).
+    decided_by: str = ""
+    candidates: tuple[SupersessionCandidate, ...] = ()
+    model_error: str = ""
+
+    @property
+    def supersedes(self) -> list[int]:
+        return [c.id for c in self.candidates if c.applied]
+
+
+def supersedes_check(*, agent: Agent, ids: Sequence[int]) -> None:
+    """Refuse ids that are not the agent's memories (400 ``unknown_memory``, the same answer for
+    another agent's or tenant's id as for a missing one) or that are superseded already."""
+    if len(ids) > SUPERSEDES_MAX:
+        raise ApiError(
+            code="invalid_supersedes",
+            message=f"supersedes names at most {SUPERSEDES_MAX} memories.",
+        )
+    if len(set(ids)) != len(ids):
+        raise ApiError(code="invalid_supersedes", message="supersedes names a memory twice.")
+    found = dict(
+        Memory.objects.filter(tenant_id=agent.tenant_id, agent=agent, pk__in=ids).values_list(
+            "pk", "superseded_by"
+        )
+    )
+    unknown = sorted(set(ids) - set(found))
+    if unknown:
+        raise ApiError(
+            code="unknown_memory",
+            message=f"No memory of agent {agent.name} has the id(s) "
+            f"{', '.join(map(str, unknown))}.",
+            details={"unknown": unknown},
+        )
+    already = sorted(pk for pk, successor in found.items() if successor is not None)
+    if already:
+        raise ApiError(
+            code="invalid_supersedes",
+            message=f"Memory {already[0]} is superseded already (by memory {found[already[0]]}).",
+            details={"superseded": already},
+        )
+
+
+def consolidation_plan(
+    *, agent: Agent, memory: Memory, explicit: Sequence[int] = (), use_model: bool = True
+) -> Consolidation:
+    """What to supersede for ``memory`` (embedded, not yet stored): the ``explicit`` ids, and
+    under ``CONSOLIDATION_MODE`` propose or apply the older valid neighbours the rule (or the
+    model, when configured and ``use_model``) finds stating the same thing about the same
+    subject. Reads only; ``supersedes_check`` has vetted ``explicit``."""
+    mode = settings.CONSOLIDATION_MODE
+    candidates = [
+        SupersessionCandidate(id=pk, content=content, similarity=None, reason=EXPLICIT)
+        for pk, content in Memory.objects.filter(pk__in=explicit).values_list("pk", "content")
+    ]
+    plan = Consolidation(mode=mode, candidates=tuple(candidates))
+    if candidates:
+        plan = replace(plan, decision="supersede", decided_by=EXPLICIT)
+    if mode == "off" or memory.embedding is None:
+        return plan
+    neighbours = _older_neighbours(agent, memory, exclude=set(explicit))
+    if not neighbours:
+        return plan
+    found: Consolidation | None = None
+    if use_model and settings.CONSOLIDATION_LLM_URL:
+        found = _model_plan(memory, neighbours, mode)
+    if found is None or found.model_error:
+        error = found.model_error if found is not None else ""
+        found = replace(_rule_plan(memory, neighbours, mode), model_error=error)
+    if candidates:  # the caller's word stands; the found ones join it
+        return replace(plan, candidates=plan.candidates + found.candidates)
+    return found
+
+
+@dataclass(frozen=True)
+class _Neighbour:
+    id: int
+    content: str
+    similarity: float
+
+
+def _older_neighbours(agent: Agent, memory: Memory, exclude: set[int]) -> list[_Neighbour]:
+    """The agent's nearest still-valid memories that began no later than ``memory``, with the
+    cosine of their stored vectors."""
+    assert memory.embedding is not None
+    nearest = memories_nearest(
+        agent=agent, vector=list(memory.embedding), k=settings.CONSOLIDATION_NEIGHBOURS
+    )
+    similarity = {pk: 1.0 - distance for pk, distance in nearest if pk not in exclude}
+    rows = Memory.objects.filter(pk__in=similarity, valid_from__lte=memory.valid_from).only(
+        "id", "content"
+    )
+    return sorted(
+        (_Neighbour(m.pk, m.content, round(similarity[m.pk], 4)) for m in rows),
+        key=lambda n: -n.similarity,
+    )
+
+
+def _by_content(memory: Memory, neighbours: list[_Neighbour]) -> list[_Neighbour]:
+    """The neighbours with their cosine to ``memory`` by content alone.
+
+    The stored vectors embed "[date] speaker: content" (what search ranks best by), so two
+    statements of one fact months apart look less alike than the same two a day apart; whether
+    one replaces the other is a question about their content. So these few are embedded again
+    without the date, in one call; with the embedder down the stored vectors' cosine serves.
+    """
+    if not neighbours:
+        return neighbours
+    try:
+        vectors = embed_texts([memory.content, *(n.content for n in neighbours)])
+    except EmbeddingUnavailable:
+        return neighbours
+    return [
+        replace(n, similarity=round(sum(a * b for a, b in zip(vectors[0], v, strict=True)), 4))
+        for n, v in zip(neighbours, vectors[1:], strict=True)
+    ]
+
+
+def _rule_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Consolidation:
+    rule = RuleSettings(
+        threshold=settings.CONSOLIDATION_SIMILARITY_THRESHOLD,
+        min_shared=settings.CONSOLIDATION_MIN_SHARED_WORDS,
+    )
+    # The subject test reads words only: just the neighbours that pass it (or restate the new
+    # memory) are worth embedding again, usually none.
+    hopeful = [
+        n
+        for n in neighbours
+        if (
+            v := rule_verdict(new=memory.content, old=n.content, similarity=1.0, rule=rule)
+        ).supersedes
+        or v.reason == "restatement"
+    ]
+    candidates = []
+    repeats = False
+    for neighbour in _by_content(memory, hopeful):
+        verdict = rule_verdict(
+            new=memory.content, old=neighbour.content, similarity=neighbour.similarity, rule=rule
+        )
+        if verdict.supersedes:
+            candidates.append(
+                SupersessionCandidate(
+                    neighbour.id,
+                    neighbour.content,
+                    neighbour.similarity,
+                    "rule: " + verdict.reason,
+                )
+            )
+        repeats = repeats or (
+            verdict.reason == "restatement" and neighbour.similarity >= rule.threshold
+        )
+    decision = "supersede" if candidates else ("ignore" if repeats else "add")
+    return Consolidation(
+        mode=mode, decision=decision, decided_by="rule", candidates=tuple(candidates)
+    )
+
+
+def _model_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Consolidation | None:
+    shown = [
+        n
+        for n in _by_content(memory, neighbours)
+        if n.similarity >= settings.CONSOLIDATION_LLM_MIN_SIMILARITY
+    ]
+    if not shown:
+        return None
+    try:
+        decided = model_decide(new=memory.content, neighbours=[n.content for n in shown])
+    except ExternalServiceError as exc:
+        logger.warning("consolidation falls back to the rule: %s", exc)
+        return Consolidation(mode=mode, model_error=str(exc))
+    candidates = tuple(
+        SupersessionCandidate(shown[i].id, shown[i].content, shown[i].similarity, f"model: {event}")
+        for i, event in sorted(decided.superseded.items())
+    )
+    decision = "supersede" if candidates else ("add" if decided.adds else "ignore")
+    return Consolidation(mode=mode, decision=decision, decided_by="model", candidates=candidates)
+
+
+SUPERSEDE_SQL = """
+UPDATE memory_memory AS m
+SET valid_until = greatest(m.valid_from, %(valid_from)s), superseded_by = %(successor)s,
+    updated_at = %(now)s
+WHERE m.tenant_id = %(tenant)s AND m.agent_id = %(agent)s AND m.id = ANY(%(ids)s)
+  AND m.superseded_by IS NULL AND m.id <> %(successor)s
+RETURNING m.id, m.valid_until
+"""
+
+
+def supersessions_apply(
+    *, memory: Memory, plan: Consolidation, actor: str, now: datetime
+) -> Consolidation:
+    """Supersede, by the stored ``memory``, the plan's explicit candidates and, under apply, the
+    found ones: one ``memory.superseded`` event each. Runs in the caller's transaction, under
+    the tenant's lock; an explicit id superseded meanwhile by someone else is refused, a found
+    one is left as a proposal."""
+    wanted = [c.id for c in plan.candidates if c.explicit or plan.mode == "apply"]
+    if not wanted:
+        return plan
+    tenant_write_lock(memory.tenant)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            SUPERSEDE_SQL,
+            {
+                "tenant": memory.tenant_id,
+                "agent": memory.agent_id,
+                "ids": wanted,
+                "successor": memory.pk,
+                "valid_from": memory.valid_from,
+                "now": now,
+            },
+        )
+        closed = {int(row.id): row.valid_until for row in rows_named(cursor)}
+    lost = [c.id for c in plan.candidates if c.explicit and c.id not in closed]
+    if lost:
+        raise ApiError(
+            code="invalid_supersedes",
+            message=f"Memory {lost[0]} was superseded by another memory meanwhile.",
+            details={"superseded": lost},
+        )
+    candidates = tuple(replace(c, applied=c.id in closed) for c in plan.candidates)
+    events_append(
+        tenant=memory.tenant,
+        drafts=[
+            EventDraft(
+                kind=SUPERSEDED,
+                actor=actor,
+                payload=_superseded_payload(memory, candidate, closed[candidate.id]),
+            )
+            for candidate in candidates
+            if candidate.applied
+        ],
+    )
+    return replace(plan, candidates=candidates)
+
+
+def _superseded_payload(
+    memory: Memory, candidate: SupersessionCandidate, valid_until: datetime
+) -> dict[str, Any]:
+    """No content: the texts stay sealed in their own memories' events."""
+    return {
+        "memory_id": candidate.id,
+        "agent_id": memory.agent_id,
+        "superseded_by": memory.pk,
+        "valid_until": valid_until.isoformat(),
+        "reason": candidate.reason,
+        "similarity": candidate.similarity,
+    }
+
+
+def memories_supersede(*, memory: Memory, ids: Sequence[int], actor: str) -> Consolidation:
+    """``memory`` supersedes the agent's memories ``ids`` now, whatever it superseded before."""
+    agent = memory.agent
+    if memory.pk in ids:
+        raise ApiError(code="invalid_supersedes", message="A memory cannot supersede itself.")
+    supersedes_check(agent=agent, ids=ids)
+    plan = Consolidation(
+        mode=settings.CONSOLIDATION_MODE,
+        decision="supersede",
+        decided_by=EXPLICIT,
+        candidates=tuple(
+            SupersessionCandidate(id=pk, content=content, similarity=None, reason=EXPLICIT)
+            for pk, content in Memory.objects.filter(pk__in=ids).values_list("pk", "content")
+        ),
+    )
+    with transaction.atomic():
+        return supersessions_apply(memory=memory, plan=plan, actor=actor, now=timezone.now())
