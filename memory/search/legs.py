@@ -30,6 +30,7 @@ from memory.search.plans import (
     vector_literal,
 )
 from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, WORKFLOW_STEPS, Candidate
+from memory.search.temporal import TIME_EXPRESSION_SQL_PATTERN, QueryTime, time_expression_sql
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -132,7 +133,7 @@ SELECT m.id, extract(epoch FROM m.occurred_at)::float8 AS occurred_epoch, m.cont
            JOIN query_terms AS q ON q.lexeme = u.lexeme
        ), 0) AS keyword,
        before.id AS previous_id, after.id AS next_id,
-       {own_match} AS own_match
+       {own_match} AS own_match, {mentions_time} AS mentions_time
 FROM memory_memory AS m
 -- The keyword document lives out of line (TOAST): every function given m.search_vector would
 -- fetch and copy it again. The lateral copy fetches it once per candidate for both uses.
@@ -216,8 +217,11 @@ def memory_candidates_query(
     vector: Sequence[float] | None,
     filters: SearchFilters,
     now: datetime,
+    when: QueryTime | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
+    """The agent-memory candidate SQL and its parameters (the benchmarks time it alone).
+    ``when``: what the query says about time; a question asking when marks the candidates
+    whose text names a time."""
     with read_connection.cursor() as cursor:
         cursor.execute(LEXEME_STATS_SQL, {"query": query, "agent": agent.pk})
         rows = rows_named(cursor)
@@ -260,6 +264,7 @@ def memory_candidates_query(
         "memory_type": filters.memory_type,
         "tags": list(filters.tags),
         "metadata": json.dumps(filters.metadata),
+        "time_pattern": TIME_EXPRESSION_SQL_PATTERN,
     }
     dense = dense_leg_sql(documents, filters)
     search_plan_note(dense_leg_plan(documents, filters) if vector is not None else "keyword")
@@ -271,6 +276,7 @@ def memory_candidates_query(
         cosine=cosine_similarity_sql("m.embedding") if vector is not None else "NULL",
         # The memory's own line (weight A) shares a word with the query, not just a neighbour.
         own_match="ts_filter(d.document, '{a}') @@ %(any_lexeme)s::tsquery" if present else "false",
+        mentions_time=time_expression_sql("m.content") if when and when.asks_when else "false",
     )
     return sql, params
 
@@ -282,9 +288,10 @@ def memory_candidates(
     vector: Sequence[float] | None,
     filters: SearchFilters,
     now: datetime,
+    when: QueryTime | None = None,
 ) -> list[Candidate]:
     sql, params = memory_candidates_query(
-        agent=agent, query=query, vector=vector, filters=filters, now=now
+        agent=agent, query=query, vector=vector, filters=filters, now=now, when=when
     )
     with (
         transaction.atomic(using=read_connection.alias, savepoint=False),
@@ -310,6 +317,7 @@ def memory_candidates(
             previous_id=row.previous_id,
             next_id=row.next_id,
             own_match=bool(row.own_match),
+            mentions_time=bool(row.mentions_time),
         )
         for row in rows
     ]

@@ -10,6 +10,8 @@ from typing import Any
 
 from django.conf import settings
 
+from memory.search.temporal import QueryTime
+
 AGENT_MEMORY = "agent_memory"
 AUDIT_LOG = "audit_log"
 WORKFLOW_STEPS = "workflow_steps"
@@ -18,9 +20,34 @@ SOURCES = (AGENT_MEMORY, AUDIT_LOG, WORKFLOW_STEPS, KNOWLEDGE_BASE)
 SOURCE_PRIORITY = {AGENT_MEMORY: 1.0, AUDIT_LOG: 0.8, WORKFLOW_STEPS: 0.6, KNOWLEDGE_BASE: 0.5}
 
 
-# Fusion of the two kinds of evidence, chosen on LoCoMo dev (docs/retrieval-research.md).
-DENSE_WEIGHT = 0.5
-NEIGHBOUR_BOOST = 0.3
+@dataclass(frozen=True)
+class RankingKnobs:
+    """How the evidence is fused; defaults chosen by leave-one-conversation-out on LoCoMo dev
+    (bench/locomo_research.py --loco, docs/retrieval-research.md), set in settings.
+
+    * ``dense_weight``: the cosine's share of the fusion (the keyword score gets the rest);
+    * ``neighbour_boost``: share of the better session neighbour's evidence added;
+    * ``time_boost``: added for a question asking *when* to a memory whose text names a time;
+    * ``period_boost``: added to a memory that occurred in a period the query names;
+    * ``relevance_gate``: recency, importance and source priority count in proportion to the
+      relevance, so they order relevant results but never lift an irrelevant one.
+    """
+
+    dense_weight: float = 0.5
+    neighbour_boost: float = 0.3
+    time_boost: float = 0.0
+    period_boost: float = 0.0
+    relevance_gate: bool = True
+
+    @classmethod
+    def configured(cls) -> RankingKnobs:
+        return cls(
+            dense_weight=settings.SEARCH_DENSE_WEIGHT,
+            neighbour_boost=settings.SEARCH_NEIGHBOUR_BOOST,
+            time_boost=settings.SEARCH_TIME_BOOST,
+            period_boost=settings.SEARCH_PERIOD_BOOST,
+            relevance_gate=settings.SEARCH_RELEVANCE_GATE,
+        )
 
 
 @dataclass(frozen=True)
@@ -53,6 +80,8 @@ class Candidate:
     next_id: int | None = None
     # Whether the candidate's own text (not only its session neighbours') shares a query word.
     own_match: bool = True
+    # Whether the candidate's own text names a time ("yesterday", "in May", "two weeks").
+    mentions_time: bool = False
     relevance: float = 0.0
 
 
@@ -82,16 +111,18 @@ def minmax(values: Sequence[float]) -> list[float]:
     return [(value - low) / (high - low) for value in values]
 
 
-def semantic_evidence(cosines: Sequence[float | None]) -> tuple[list[float], float]:
+def semantic_evidence(
+    cosines: Sequence[float | None], dense_weight: float
+) -> tuple[list[float], float]:
     """The cosines min-max normalised, and the share of the fusion they get.
 
     A candidate without a vector counts as the lowest cosine of the call. The share is
-    ``DENSE_WEIGHT``, or 0 when no candidate has a vector: keywords alone rank.
+    ``dense_weight``, or 0 when no candidate has a vector: keywords alone rank.
     """
     present = [cosine for cosine in cosines if cosine is not None]
     floor = min(present, default=0.0)
     dense = minmax([cosine if cosine is not None else floor for cosine in cosines])
-    return dense, DENSE_WEIGHT if present else 0.0
+    return dense, dense_weight if present else 0.0
 
 
 def hybrid(dense: float, keyword: float, semantic_weight: float) -> float:
@@ -99,14 +130,21 @@ def hybrid(dense: float, keyword: float, semantic_weight: float) -> float:
     return semantic_weight * dense + (1 - semantic_weight) * keyword
 
 
-def fuse(candidates: list[Candidate]) -> None:
+def fuse(
+    candidates: list[Candidate],
+    knobs: RankingKnobs | None = None,
+    when: QueryTime | None = None,
+) -> None:
     """Set each candidate's relevance in [0, 1] from its semantic and keyword evidence.
 
     Cosines are normalised over every candidate (one embedder made them all), keyword scores
-    per source (the sources score keywords differently); then 0.3 of the better session
-    neighbour's fused evidence is added, rescaled to [0, 1].
+    per source (the sources score keywords differently); then a share of the better session
+    neighbour's fused evidence is added, and the time evidence (``when``: what the query says
+    about time), the sum rescaled to [0, 1].
     """
-    dense, semantic_weight = semantic_evidence([c.cosine for c in candidates])
+    knobs = knobs or RankingKnobs.configured()
+    when = when or QueryTime()
+    dense, semantic_weight = semantic_evidence([c.cosine for c in candidates], knobs.dense_weight)
     keyword = [0.0] * len(candidates)
     for source in SOURCES:
         positions = [i for i, c in enumerate(candidates) if c.source == source]
@@ -118,15 +156,21 @@ def fuse(candidates: list[Candidate]) -> None:
         (c.source, c.id): hybrid(d, k, semantic_weight)
         for c, d, k in zip(candidates, dense, keyword, strict=True)
     }
+    time_boost = knobs.time_boost if when.asks_when else 0.0
+    period_boost = knobs.period_boost if when.periods else 0.0
+    scale = 1 + knobs.neighbour_boost + time_boost + period_boost
     for c in candidates:
         around = [
             fused.get((c.source, neighbour), 0.0)
             for neighbour in (c.previous_id, c.next_id)
             if neighbour is not None
         ]
-        c.relevance = (fused[(c.source, c.id)] + NEIGHBOUR_BOOST * max(around, default=0.0)) / (
-            1 + NEIGHBOUR_BOOST
-        )
+        evidence = fused[(c.source, c.id)] + knobs.neighbour_boost * max(around, default=0.0)
+        if time_boost and c.mentions_time:
+            evidence += time_boost
+        if period_boost and when.in_period(c.moment):
+            evidence += period_boost
+        c.relevance = evidence / scale
 
 
 def recency(moment: datetime, now: datetime) -> float:
@@ -136,8 +180,21 @@ def recency(moment: datetime, now: datetime) -> float:
 
 
 def ranked(
-    candidates: list[Candidate], *, weights: SearchWeights, threshold: float, now: datetime
+    candidates: list[Candidate],
+    *,
+    weights: SearchWeights,
+    threshold: float,
+    now: datetime,
+    knobs: RankingKnobs | None = None,
 ) -> list[SearchHit]:
+    """The candidates above the threshold as hits, best first, one per content hash.
+
+    With the relevance gate (``knobs.relevance_gate``) recency, importance
+    and source priority are multiplied by the candidate's relevance: they order results that
+    are about the query, and a result that is barely about it cannot outrank a relevant one on
+    being new or important alone (issue 22, "no filler results").
+    """
+    gated = (knobs or RankingKnobs.configured()).relevance_gate
     hits: dict[str, SearchHit] = {}
     for c in candidates:
         # Weak on both kinds of evidence: neither close in meaning nor sharing a word.
@@ -150,7 +207,13 @@ def ranked(
             "source_priority": SOURCE_PRIORITY[c.source],
         }
         contributions = {
-            term: round(getattr(weights, term) * value, 4) for term, value in breakdown.items()
+            term: round(
+                getattr(weights, term)
+                * value
+                * (c.relevance if gated and term != "similarity" else 1.0),
+                4,
+            )
+            for term, value in breakdown.items()
         }
         hit = SearchHit(
             source=c.source,

@@ -58,11 +58,13 @@ from memory.search.ranking import (
     SOURCES,
     WORKFLOW_STEPS,
     Candidate,
+    RankingKnobs,
     SearchHit,
     SearchWeights,
     fuse,
     ranked,
 )
+from memory.search.temporal import QueryTime, query_time
 
 logger = logging.getLogger(__name__)
 
@@ -146,21 +148,22 @@ def memories_search(
             vector = embed_query(query)
         except EmbeddingUnavailable as exc:
             logger.warning("searching by keywords only: %s", exc)
-    candidates: list[Candidate] = []
-    if AGENT_MEMORY in sources:
-        candidates += memory_candidates(
-            agent=agent, query=query, vector=vector, filters=filters or SearchFilters(), now=moment
-        )
-    if AUDIT_LOG in sources or WORKFLOW_STEPS in sources:
-        candidates += event_candidates(agent=agent, query=query, vector=vector, sources=sources)
-    if KNOWLEDGE_BASE in sources:
-        candidates += knowledge_base_candidates(agent=agent, query=query, vector=vector)
-    fuse(candidates)
-    hits = ranked(
+    when = query_time(query, moment)
+    candidates = search_candidates(
+        agent=agent,
+        query=query,
+        vector=vector,
+        sources=sources,
+        filters=filters or SearchFilters(),
+        now=moment,
+        when=when,
+    )
+    hits = hits_ranked(
         candidates,
         weights=weights or SearchWeights.configured(),
         threshold=settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold,
         now=moment,
+        when=when,
     )[:top_k]
     hits = memory_hits_completed(agent, hits)
     if record_retrieval:
@@ -172,6 +175,45 @@ def memories_search(
         took_ms=round((time.perf_counter() - started) * 1000, 2),
         candidates=len(candidates),
     )
+
+
+def search_candidates(
+    *,
+    agent: Agent,
+    query: str,
+    vector: Sequence[float] | None,
+    sources: Sequence[str],
+    filters: SearchFilters,
+    now: datetime,
+    when: QueryTime,
+) -> list[Candidate]:
+    """Every source's candidates for the query, not yet ranked (bench/locomo_research.py
+    ranks one question's candidates under many knob settings)."""
+    candidates: list[Candidate] = []
+    if AGENT_MEMORY in sources:
+        candidates += memory_candidates(
+            agent=agent, query=query, vector=vector, filters=filters, now=now, when=when
+        )
+    if AUDIT_LOG in sources or WORKFLOW_STEPS in sources:
+        candidates += event_candidates(agent=agent, query=query, vector=vector, sources=sources)
+    if KNOWLEDGE_BASE in sources:
+        candidates += knowledge_base_candidates(agent=agent, query=query, vector=vector)
+    return candidates
+
+
+def hits_ranked(
+    candidates: list[Candidate],
+    *,
+    weights: SearchWeights,
+    threshold: float,
+    now: datetime,
+    when: QueryTime,
+    knobs: RankingKnobs | None = None,
+) -> list[SearchHit]:
+    """The candidates fused and ranked (memory.search.ranking), every hit, best first."""
+    knobs = knobs or RankingKnobs.configured()
+    fuse(candidates, knobs, when)
+    return ranked(candidates, weights=weights, threshold=threshold, now=now, knobs=knobs)
 
 
 def _mark_retrieved(agent: Agent, memory_ids: list[int], moment: datetime) -> None:

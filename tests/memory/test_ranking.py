@@ -23,12 +23,12 @@ def test_distinct_scores_span_zero_to_one():
 @pytest.mark.parametrize(
     ("cosines", "dense", "weight"),
     [
-        ([0.9, None, 0.5], [1.0, 0.0, 0.0], ranking.DENSE_WEIGHT),
+        ([0.9, None, 0.5], [1.0, 0.0, 0.0], 0.5),
         ([None, None], [0.0, 0.0], 0.0),
     ],
 )
 def test_a_candidate_without_a_vector_counts_as_the_lowest_cosine(cosines, dense, weight):
-    assert ranking.semantic_evidence(cosines) == (dense, weight)
+    assert ranking.semantic_evidence(cosines, 0.5) == (dense, weight)
 
 
 def test_knowledge_search_ranks_with_the_same_functions_as_memory_search():
