@@ -40,6 +40,7 @@ from _locomo import (
     MetricSums,
     limit_questions,
     load_locomo,
+    memory_drafts,
     ranking_metrics,
 )
 from _service import ApiClient, service_stack
@@ -61,21 +62,6 @@ RELEVANCE_ONLY: dict[str, float] = {
     "importance": 0,
     "source_priority": 0,
 }
-
-
-def memory_drafts(conv: Conversation) -> list[dict[str, Any]]:
-    drafts = []
-    for session in conv.sessions:
-        for turn in session.turns:
-            draft: dict[str, Any] = {
-                "content": turn.with_caption(),
-                "session_id": f"session_{session.number}",
-                "metadata": {"speaker": turn.speaker, "dia_id": turn.dia_id},
-            }
-            if session.when is not None:
-                draft["occurred_at"] = session.when.isoformat()
-            drafts.append(draft)
-    return drafts
 
 
 def expect(status: int, body: Any, wanted: int, what: str) -> None:
