@@ -547,3 +547,53 @@ def test_its_own_agent_finds_its_private_reflection(private_reflection, agent):
     assert private_reflection.seq in {
         h.id for h in hits if h.details.get("kind") == "agent.reflected"
     }
+
+
+def test_a_question_asking_when_marks_the_memories_that_name_a_time(agent):
+    from memory.search.legs import memory_candidates
+    from memory.search.temporal import query_time
+
+    dated, plain = store(
+        agent,
+        "Caroline went to the LGBTQ support group yesterday.",
+        "Caroline found the LGBTQ support group powerful.",
+    )
+    query = "When did Caroline go to the LGBTQ support group?"
+    now = timezone.now()
+    marks = {
+        c.id: c.mentions_time
+        for c in memory_candidates(
+            agent=agent,
+            query=query,
+            vector=None,
+            filters=SearchFilters(),
+            now=now,
+            when=query_time(query, now),
+        )
+    }
+    assert marks == {dated.pk: True, plain.pk: False}
+    # A question that does not ask when marks nothing (and the SQL skips the pattern).
+    other = "What did Caroline think of the LGBTQ support group?"
+    assert not any(
+        c.mentions_time
+        for c in memory_candidates(
+            agent=agent,
+            query=other,
+            vector=None,
+            filters=SearchFilters(),
+            now=now,
+            when=query_time(other, now),
+        )
+    )
+
+
+def test_the_time_boost_ranks_the_dated_memory_first_for_a_when_question(agent, settings):
+    dated, plain = store(
+        agent,
+        "We ran the charity race last Sunday, it was for mental health.",
+        "The charity race for mental health was great, we ran it together.",
+    )
+    query = "When did they run the charity race for mental health?"
+    settings.SEARCH_TIME_BOOST = 0.5
+    hits = memories_search(agent=agent, query=query, record_retrieval=False).hits
+    assert [h.id for h in hits][:2] == [dated.pk, plain.pk]
