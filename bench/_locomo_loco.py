@@ -34,10 +34,11 @@ from _locomo import CATEGORIES, Conversation, MetricSums, memory_drafts, ranking
 # value where one exists).
 GRID: dict[str, tuple[Any, ...]] = {
     "dense_weight": (0.5, 0.4, 0.6),
-    "neighbour_boost": (0.3, 0.2, 0.4),
-    "time_boost": (0.0, 0.1, 0.2, 0.3),
-    "period_boost": (0.0, 0.1, 0.2),
+    "neighbour_boost": (0.3, 0.2),
+    "time_boost": (0.0, 0.15, 0.3),
+    "period_boost": (0.0, 0.15),
     "relevance_gate": (False, True),
+    "feedback_weight": (0.0, 0.5, 1.0),
 }
 DEFAULT_WEIGHTS = "default"  # the service's SEARCH_WEIGHTS
 RELEVANCE_ONLY = "relevance"
@@ -55,6 +56,8 @@ def label(knobs: dict[str, Any]) -> str:
         "time_boost": "tb",
         "period_boost": "pb",
         "relevance_gate": "gate",
+        "feedback_weight": "fb",
+        "feedback_docs": "fbk",
     }
     return " ".join(
         f"{short.get(k, k)}={int(v) if isinstance(v, bool) else v}" for k, v in knobs.items()
@@ -96,6 +99,7 @@ class Question:
     candidates: list[Any]  # memory.search.ranking.Candidate
     now: datetime
     when: Any  # memory.search.temporal.QueryTime
+    feedback: Any  # the service's feedback source for the question's agent, memoised
 
 
 @dataclass
@@ -119,7 +123,7 @@ def load_variant(
     from memory.episodic.models import Memory
     from memory.episodic.serializers import MemoryInputSerializer
     from memory.episodic.services import memories_store, memory_embedding_text
-    from memory.search.legs import SearchFilters
+    from memory.search.legs import SearchFilters, memory_feedback
     from memory.search.ranking import SOURCES
     from memory.search.selectors import search_candidates
     from memory.search.temporal import query_time
@@ -144,6 +148,7 @@ def load_variant(
             (int(pk), str(meta["dia_id"]))
             for pk, meta in Memory.objects.filter(agent=agent).values_list("id", "metadata")
         )
+        feedback = memory_feedback(agent)
         query_vectors = cache.vectors(
             [q.text for q in conv.questions], what=f"questions-{conv.sample_id}"
         )
@@ -162,8 +167,30 @@ def load_variant(
             )
             variant.candidate_seconds.append(time.perf_counter() - started)
             variant.questions.append(
-                Question(conv.sample_id, q.category, q.evidence, candidates, now, when)
+                Question(
+                    conv.sample_id,
+                    q.category,
+                    q.evidence,
+                    candidates,
+                    now,
+                    when,
+                    memoised(feedback),
+                )
             )
+
+
+def memoised(feedback: Any) -> Any:
+    """The feedback SQL once per (best memories, candidates) of a question: most knob settings
+    agree on a question's first three."""
+    seen: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, float]] = {}
+
+    def similar(best: list[int], ids: list[int]) -> dict[int, float]:
+        key = (tuple(best), tuple(ids))
+        if key not in seen:
+            seen[key] = feedback(best, ids)
+        return seen[key]
+
+    return similar
 
 
 def scores(variant: Variant, knobs: dict[str, Any], weights_mode: str) -> list[dict[str, float]]:
@@ -188,6 +215,7 @@ def scores(variant: Variant, knobs: dict[str, Any], weights_mode: str) -> list[d
             now=q.now,
             when=q.when,
             knobs=ranking_knobs,
+            feedback=q.feedback,
         )[:10]
         ranked: list[str | None] = [
             variant.dia_ids.get(h.id) if h.source == AGENT_MEMORY else None for h in hits

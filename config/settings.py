@@ -396,6 +396,8 @@ SEARCH_NEIGHBOUR_BOOST = env_float("SEARCH_NEIGHBOUR_BOOST", 0.3)
 SEARCH_TIME_BOOST = env_float("SEARCH_TIME_BOOST", 0.0)
 SEARCH_PERIOD_BOOST = env_float("SEARCH_PERIOD_BOOST", 0.0)
 SEARCH_RELEVANCE_GATE = env_bool("SEARCH_RELEVANCE_GATE", True)
+SEARCH_FEEDBACK_WEIGHT = env_float("SEARCH_FEEDBACK_WEIGHT", 0.0)
+SEARCH_FEEDBACK_DOCS = env_int("SEARCH_FEEDBACK_DOCS", 3)
 
 # --- Reflection (optional LLM summariser; the default is local and deterministic) -----------
 REFLECTION_LLM_URL = env_str("REFLECTION_LLM_URL", "")

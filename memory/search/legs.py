@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -321,6 +321,38 @@ def memory_candidates(
         )
         for row in rows
     ]
+
+
+# Pseudo-relevance feedback: each candidate's mean cosine to the first ranking's best memories,
+# from the stored vectors (a few hundred rows read by primary key; no embedding).
+FEEDBACK_SQL = """
+SELECT c.id, avg(1 - nullif(c.embedding <=> b.embedding, 'NaN'::float8)) AS feedback
+FROM memory_memory AS c
+JOIN memory_memory AS b
+  ON b.id = ANY(%(best)s) AND b.tenant_id = %(tenant)s AND b.agent_id = %(agent)s
+ AND b.embedding IS NOT NULL
+WHERE c.id = ANY(%(ids)s) AND c.tenant_id = %(tenant)s AND c.agent_id = %(agent)s
+  AND c.embedding IS NOT NULL
+GROUP BY c.id
+"""
+
+
+def memory_feedback(agent: Agent) -> Callable[[list[int], list[int]], dict[int, float]]:
+    """The feedback source of memory.search.ranking.fuse_with_feedback for this agent."""
+
+    def similar(best: list[int], ids: list[int]) -> dict[int, float]:
+        with read_connection.cursor() as cursor:
+            cursor.execute(
+                FEEDBACK_SQL,
+                {"best": best, "ids": ids, "tenant": agent.tenant_id, "agent": agent.pk},
+            )
+            return {
+                int(row.id): float(row.feedback)
+                for row in rows_named(cursor)
+                if row.feedback is not None
+            }
+
+    return similar
 
 
 # Query words that carry meaning: the ledger's words minus English stop words.

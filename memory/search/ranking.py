@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,7 +30,12 @@ class RankingKnobs:
     * ``time_boost``: added for a question asking *when* to a memory whose text names a time;
     * ``period_boost``: added to a memory that occurred in a period the query names;
     * ``relevance_gate``: recency, importance and source priority count in proportion to the
-      relevance, so they order relevant results but never lift an irrelevant one.
+      relevance, so they order relevant results but never lift an irrelevant one;
+    * ``feedback_weight``: pseudo-relevance feedback (Rocchio on the vectors): a second
+      ranking adds this times each candidate's mean cosine to the first ranking's
+      ``feedback_docs`` best memories to its own cosine, so evidence phrased like the best
+      matches (another session's part of a multi-hop answer) moves up. No second embedding:
+      the cosines come from the stored vectors (memory.search.legs.memory_feedback).
     """
 
     dense_weight: float = 0.5
@@ -38,6 +43,8 @@ class RankingKnobs:
     time_boost: float = 0.0
     period_boost: float = 0.0
     relevance_gate: bool = True
+    feedback_weight: float = 0.0
+    feedback_docs: int = 3
 
     @classmethod
     def configured(cls) -> RankingKnobs:
@@ -47,6 +54,8 @@ class RankingKnobs:
             time_boost=settings.SEARCH_TIME_BOOST,
             period_boost=settings.SEARCH_PERIOD_BOOST,
             relevance_gate=settings.SEARCH_RELEVANCE_GATE,
+            feedback_weight=settings.SEARCH_FEEDBACK_WEIGHT,
+            feedback_docs=settings.SEARCH_FEEDBACK_DOCS,
         )
 
 
@@ -82,6 +91,8 @@ class Candidate:
     own_match: bool = True
     # Whether the candidate's own text names a time ("yesterday", "in May", "two weeks").
     mentions_time: bool = False
+    # Mean cosine to the first ranking's best memories (pseudo-relevance feedback), if asked.
+    feedback: float | None = None
     relevance: float = 0.0
 
 
@@ -144,7 +155,13 @@ def fuse(
     """
     knobs = knobs or RankingKnobs.configured()
     when = when or QueryTime()
-    dense, semantic_weight = semantic_evidence([c.cosine for c in candidates], knobs.dense_weight)
+    cosines = [
+        c.cosine + knobs.feedback_weight * c.feedback
+        if c.cosine is not None and c.feedback is not None
+        else c.cosine
+        for c in candidates
+    ]
+    dense, semantic_weight = semantic_evidence(cosines, knobs.dense_weight)
     keyword = [0.0] * len(candidates)
     for source in SOURCES:
         positions = [i for i, c in enumerate(candidates) if c.source == source]
@@ -171,6 +188,29 @@ def fuse(
         if period_boost and when.in_period(c.moment):
             evidence += period_boost
         c.relevance = evidence / scale
+
+
+Feedback = Callable[[list[int], list[int]], dict[int, float]]
+"""(the first ranking's best memory ids, candidate memory ids) -> mean cosine to the best."""
+
+
+def fuse_with_feedback(
+    candidates: list[Candidate],
+    knobs: RankingKnobs,
+    when: QueryTime,
+    feedback: Feedback | None,
+) -> None:
+    """``fuse``, and with ``knobs.feedback_weight`` and a ``feedback`` source a second time
+    after each agent memory got its mean cosine to the first ranking's best memories."""
+    fuse(candidates, knobs, when)
+    memories = [c for c in candidates if c.source == AGENT_MEMORY]
+    if not knobs.feedback_weight or feedback is None or not memories:
+        return
+    best = sorted(memories, key=lambda c: (-c.relevance, c.id))[: knobs.feedback_docs]
+    similar = feedback([c.id for c in best], [c.id for c in memories])
+    for c in memories:
+        c.feedback = similar.get(c.id)
+    fuse(candidates, knobs, when)
 
 
 def recency(moment: datetime, now: datetime) -> float:

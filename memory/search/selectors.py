@@ -44,6 +44,7 @@ from memory.search.legs import (
     event_candidates,
     knowledge_base_candidates,
     memory_candidates,
+    memory_feedback,
 )
 from memory.search.plans import (
     HNSW_EF_SEARCH,
@@ -58,10 +59,11 @@ from memory.search.ranking import (
     SOURCES,
     WORKFLOW_STEPS,
     Candidate,
+    Feedback,
     RankingKnobs,
     SearchHit,
     SearchWeights,
-    fuse,
+    fuse_with_feedback,
     ranked,
 )
 from memory.search.temporal import QueryTime, query_time
@@ -164,6 +166,7 @@ def memories_search(
         threshold=settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold,
         now=moment,
         when=when,
+        feedback=memory_feedback(agent),
     )[:top_k]
     hits = memory_hits_completed(agent, hits)
     if record_retrieval:
@@ -209,10 +212,12 @@ def hits_ranked(
     now: datetime,
     when: QueryTime,
     knobs: RankingKnobs | None = None,
+    feedback: Feedback | None = None,
 ) -> list[SearchHit]:
-    """The candidates fused and ranked (memory.search.ranking), every hit, best first."""
+    """The candidates fused and ranked (memory.search.ranking), every hit, best first;
+    ``feedback``: where the pseudo-relevance feedback's cosines come from."""
     knobs = knobs or RankingKnobs.configured()
-    fuse(candidates, knobs, when)
+    fuse_with_feedback(candidates, knobs, when, feedback)
     return ranked(candidates, weights=weights, threshold=threshold, now=now, knobs=knobs)
 
 

@@ -121,3 +121,25 @@ def test_a_named_period_lifts_the_memories_that_occurred_in_it():
     ranking.fuse([inside, outside, unrelated], ranking.RankingKnobs(period_boost=0.2), when)
     assert inside.relevance > outside.relevance
     assert 0.0 <= outside.relevance <= inside.relevance <= 1.0
+
+
+def test_feedback_lifts_what_resembles_the_first_rankings_best():
+    best = candidate(1, cosine=0.70, keyword=2.0)
+    alike = candidate(2, cosine=0.40, keyword=0.0)
+    unlike = candidate(3, cosine=0.45, keyword=0.0)
+    low = candidate(4, cosine=0.10, keyword=0.0)
+    pool = [best, alike, unlike, low]
+    asked = []
+
+    def feedback(top, ids):
+        asked.append((top, sorted(ids)))
+        return {1: 1.0, 2: 0.9, 3: 0.1, 4: 0.0}
+
+    ranking.fuse_with_feedback(pool, ranking.RankingKnobs(), QueryTime(), feedback)
+    # Off by default: nothing asked, nothing moved.
+    assert unlike.relevance > alike.relevance
+    assert asked == []
+    knobs = ranking.RankingKnobs(feedback_weight=1.0, feedback_docs=1)
+    ranking.fuse_with_feedback(pool, knobs, QueryTime(), feedback)
+    assert asked == [([1], [1, 2, 3, 4])]
+    assert alike.relevance > unlike.relevance

@@ -597,3 +597,34 @@ def test_the_time_boost_ranks_the_dated_memory_first_for_a_when_question(agent, 
     settings.SEARCH_TIME_BOOST = 0.5
     hits = memories_search(agent=agent, query=query, record_retrieval=False).hits
     assert [h.id for h in hits][:2] == [dated.pk, plain.pk]
+
+
+def test_feedback_is_each_candidates_mean_cosine_to_the_best_memories(agent, tenant, make_agent):
+    from memory.search.legs import memory_feedback
+
+    def axis(*weights):
+        vector = [0.0] * 384
+        for i, w in enumerate(weights):
+            vector[i] = w
+        return vector
+
+    a, b, c = memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(content="alpha", embedding=axis(1.0)),
+            MemoryDraft(content="beta", embedding=axis(0.0, 1.0)),
+            MemoryDraft(content="gamma", embedding=axis(1.0, 1.0)),
+        ],
+        actor="system",
+    )
+    stranger = make_agent(tenant, name="Stranger")
+    (foreign,) = memories_store(
+        agent=stranger, drafts=[MemoryDraft(content="x", embedding=axis(1.0))], actor="system"
+    )
+    similar = memory_feedback(agent)([a.pk, b.pk], [a.pk, b.pk, c.pk, foreign.pk])
+    assert similar.keys() == {a.pk, b.pk, c.pk}  # another agent's memory is never read
+    assert similar[a.pk] == pytest.approx(0.5)
+    assert similar[b.pk] == pytest.approx(0.5)
+    assert similar[c.pk] == pytest.approx(math.sqrt(0.5))
+    # Another agent's memory is no feedback either.
+    assert memory_feedback(agent)([foreign.pk], [a.pk]) == {}
