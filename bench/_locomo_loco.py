@@ -35,10 +35,10 @@ from _locomo import CATEGORIES, Conversation, MetricSums, memory_drafts, ranking
 GRID: dict[str, tuple[Any, ...]] = {
     "dense_weight": (0.5, 0.4, 0.6),
     "neighbour_boost": (0.3, 0.2),
-    "time_boost": (0.0, 0.15, 0.3),
-    "period_boost": (0.0, 0.15),
+    "time_boost": (0.0, 0.2),
+    "period_boost": (0.0, 0.2),
     "relevance_gate": (False, True),
-    "feedback_weight": (0.0, 0.5, 1.0),
+    "feedback_weight": (0.0, 0.5),
 }
 DEFAULT_WEIGHTS = "default"  # the service's SEARCH_WEIGHTS
 RELEVANCE_ONLY = "relevance"
@@ -216,7 +216,8 @@ def scores(variant: Variant, knobs: dict[str, Any], weights_mode: str) -> list[d
             when=q.when,
             knobs=ranking_knobs,
             feedback=q.feedback,
-        )[:10]
+            limit=10,
+        )
         ranked: list[str | None] = [
             variant.dia_ids.get(h.id) if h.source == AGENT_MEMORY else None for h in hits
         ]
@@ -247,10 +248,11 @@ def summarise(values: list[float]) -> str:
 def loco(
     variant: Variant,
     grid: list[dict[str, Any]],
-    table: list[list[dict[str, float]]],
+    table: Any,
     convs: list[str],
     chooser: Variant | None = None,
-    chooser_table: list[list[dict[str, float]]] | None = None,
+    chooser_table: Any = None,
+    allowed: Sequence[int] | None = None,
 ) -> tuple[list[Fold], dict[str, Any]]:
     """The folds (knobs chosen on the other conversations of ``chooser``, default
     ``variant``; scored on the held-out one of ``variant``) and the setting chosen on all."""
@@ -260,7 +262,8 @@ def loco(
 
     def choose(keep: list[str]) -> int:
         picks = [i for i, q in enumerate(chooser.questions) if q.conv in keep]
-        best = max(range(len(grid)), key=lambda g: (round(r10(chooser_table[g], picks), 6), -g))
+        settings = range(len(grid)) if allowed is None else allowed
+        best = max(settings, key=lambda g: (round(r10(chooser_table[g], picks), 6), -g))
         return best
 
     for held in convs:
@@ -353,42 +356,104 @@ def run(convs: list[Conversation], cache_dir: Path, data_dir: Path, grid_names: 
         names = [c.sample_id for c in convs]
         print(
             f"\ngrid: {len(grid)} settings over {', '.join(grid_spec)}; ranking every "
-            "question's candidates under each",
+            "question's candidates under each (default weights, with speaker metadata: the "
+            "choice); the other tables only where a fold's choice needs them",
             flush=True,
         )
-        tables: dict[tuple[str, str], list[list[dict[str, float]]]] = {}
+        speaker = variants[0]
+        started = time.perf_counter()
+        choice_table = LazyTable(speaker, grid, DEFAULT_WEIGHTS)
+        for g in range(len(grid)):
+            choice_table[g]
+        print(f"  ranked in {time.perf_counter() - started:.0f} s", flush=True)
+        base = grid.index({**defaults, **{k: v[0] for k, v in grid_spec.items()}})
+        ablation(speaker, grid, choice_table, names, grid_spec)
         for variant in variants:
             for mode in (DEFAULT_WEIGHTS, RELEVANCE_ONLY):
-                started = time.perf_counter()
-                tables[(variant.name, mode)] = [scores(variant, g, mode) for g in grid]
-                print(
-                    f"  {variant.name} / {mode} weights: {time.perf_counter() - started:.0f} s",
-                    flush=True,
+                table = (
+                    choice_table
+                    if (variant, mode) == (speaker, DEFAULT_WEIGHTS)
+                    else LazyTable(variant, grid, mode)
                 )
-        speaker, bare = variants
-        for mode in (DEFAULT_WEIGHTS, RELEVANCE_ONLY):
-            table = tables[(speaker.name, mode)]
-            folds, chosen = loco(speaker, grid, table, names)
-            print(f"\n## {mode} weights")
-            fold_report(f"with speaker metadata ({mode} weights)", folds)
-            g = grid.index(chosen)
-            print(
-                f"chosen on all five conversations (the defaults): {label(chosen)}; in-sample "
-                f"R@10 {r10(table[g], range(len(speaker.questions))):.3f}"
-            )
-            dev = in_sample(speaker, table[g])
-            print("  in-sample by category: " + " ".join(f"{k}:{v:.3f}" for k, v in dev.items()))
-            bare_folds, _ = loco(
-                bare, grid, tables[(bare.name, mode)], names, chooser=speaker, chooser_table=table
-            )
-            fold_report(
-                f"without speaker metadata, knobs chosen with it ({mode} weights)", bare_folds
-            )
-            base = grid.index({**defaults, **{k: v[0] for k, v in grid_spec.items()}})
-            for variant in variants:
-                values = tables[(variant.name, mode)]
-                print(
-                    f"  {variant.name}: first grid setting ({label(grid[base])}) R@10 "
-                    f"{r10(values[base], range(len(variant.questions))):.3f}; all-five choice "
-                    f"{r10(values[g], range(len(variant.questions))):.3f}"
+                folds, chosen = loco(
+                    variant, grid, table, names, chooser=speaker, chooser_table=choice_table
                 )
+                title = (
+                    f"{'with' if variant.speaker else 'without'} speaker metadata, {mode} weights"
+                )
+                print(f"\n## {title}")
+                fold_report(title, folds)
+                g = grid.index(chosen)
+                everyone = range(len(variant.questions))
+                dev = in_sample(variant, table[g])
+                print(
+                    f"chosen on all five conversations (the defaults): {label(chosen)}; "
+                    f"in-sample R@10 {r10(table[g], everyone):.3f} ("
+                    + " ".join(f"cat {k} {v:.3f}" for k, v in dev.items())
+                    + f"); first grid setting ({label(grid[base])}) "
+                    f"{r10(table[base], everyone):.3f}"
+                )
+
+
+def pooled(folds: list[Fold]) -> tuple[float, dict[int, float]]:
+    overall = MetricSums()
+    per = {k: MetricSums() for k in CATEGORIES}
+    for fold in folds:
+        for target, sums in [(overall, fold.overall)] + [
+            (per[k], fold.per_category[k]) for k in CATEGORIES
+        ]:
+            target.n += sums.n
+            for key in sums.sums:
+                target.sums[key] += sums.sums[key]
+    return overall.mean("r10"), {k: per[k].mean("r10") for k in CATEGORIES}
+
+
+def ablation(
+    variant: Variant,
+    grid: list[dict[str, Any]],
+    table: Any,
+    names: list[str],
+    grid_spec: dict[str, tuple[Any, ...]],
+) -> None:
+    """Each lever measured the same way: the whole procedure again with the knob held at its
+    first ("off") value; pooled held-out R@10 with and without it."""
+    print("\n### each knob by leave-one-conversation-out (held at its first value vs free)")
+    print(
+        "| knob held | pooled held-out R@10 | " + " | ".join(f"cat {k}" for k in CATEGORIES) + " |"
+    )
+    print("|---|---|" + "---|" * len(CATEGORIES))
+    folds, _ = loco(variant, grid, table, names)
+    overall, per = pooled(folds)
+    print(f"| none (all free) | {overall:.3f} | " + " | ".join(f"{per[k]:.3f}" for k in per) + " |")
+    for knob, values in grid_spec.items():
+        allowed = [g for g, setting in enumerate(grid) if setting[knob] == values[0]]
+        folds, _ = loco(variant, grid, table, names, allowed=allowed)
+        overall, per = pooled(folds)
+        print(
+            f"| {knob} = {values[0]} | {overall:.3f} | "
+            + " | ".join(f"{per[k]:.3f}" for k in per)
+            + " |"
+        )
+    base = [
+        g for g, setting in enumerate(grid) if all(setting[k] == v[0] for k, v in grid_spec.items())
+    ]
+    folds, _ = loco(variant, grid, table, names, allowed=base)
+    overall, per = pooled(folds)
+    print(
+        f"| all (today's ranking) | {overall:.3f} | "
+        + " | ".join(f"{per[k]:.3f}" for k in per)
+        + " |"
+    )
+
+
+class LazyTable:
+    """Every question's metrics per grid setting, ranked when first asked for."""
+
+    def __init__(self, variant: Variant, grid: list[dict[str, Any]], mode: str) -> None:
+        self.variant, self.grid, self.mode = variant, grid, mode
+        self.rows: dict[int, list[dict[str, float]]] = {}
+
+    def __getitem__(self, g: int) -> list[dict[str, float]]:
+        if g not in self.rows:
+            self.rows[g] = scores(self.variant, self.grid[g], self.mode)
+        return self.rows[g]

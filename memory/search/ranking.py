@@ -213,10 +213,11 @@ def fuse_with_feedback(
     fuse(candidates, knobs, when)
 
 
-def recency(moment: datetime, now: datetime) -> float:
+def recency(moment: datetime, now: datetime, half_life_days: float | None = None) -> float:
     """1 now, halving every ``SEARCH_RECENCY_HALF_LIFE_DAYS``."""
+    half_life = settings.SEARCH_RECENCY_HALF_LIFE_DAYS if half_life_days is None else half_life_days
     age_days = max((now - moment).total_seconds(), 0.0) / 86400
-    return float(0.5 ** (age_days / settings.SEARCH_RECENCY_HALF_LIFE_DAYS))
+    return float(0.5 ** (age_days / half_life))
 
 
 def ranked(
@@ -226,52 +227,68 @@ def ranked(
     threshold: float,
     now: datetime,
     knobs: RankingKnobs | None = None,
+    limit: int | None = None,
 ) -> list[SearchHit]:
-    """The candidates above the threshold as hits, best first, one per content hash.
+    """The candidates above the threshold as hits, best first, one per content hash; the
+    first ``limit`` of them (all by default).
 
     With the relevance gate (``knobs.relevance_gate``) recency, importance
     and source priority are multiplied by the candidate's relevance: they order results that
     are about the query, and a result that is barely about it cannot outrank a relevant one on
     being new or important alone (issue 22, "no filler results").
+
+    Scores are compared as computed; the hits (rounded terms, explanations) are built for the
+    ones returned only (building them for a few hundred candidates cost 10-30 ms).
     """
     gated = (knobs or RankingKnobs.configured()).relevance_gate
-    hits: dict[str, SearchHit] = {}
+    half_life = settings.SEARCH_RECENCY_HALF_LIFE_DAYS
+    kept: dict[str, tuple[float, int, Candidate, float]] = {}
     for c in candidates:
         # Weak on both kinds of evidence: neither close in meaning nor sharing a word.
         if not (c.keyword > 0 and c.own_match) and (c.cosine is None or c.cosine < threshold):
             continue
-        breakdown = {
-            "similarity": round(c.relevance, 4),
-            "recency": round(recency(c.moment, now), 4),
-            "importance": round(c.importance, 4),
-            "source_priority": SOURCE_PRIORITY[c.source],
-        }
-        contributions = {
-            term: round(
-                getattr(weights, term)
-                * value
-                * (c.relevance if gated and term != "similarity" else 1.0),
-                4,
-            )
-            for term, value in breakdown.items()
-        }
-        hit = SearchHit(
-            source=c.source,
-            id=c.id,
-            content=c.content,
-            score=round(sum(contributions.values()), 4),
-            breakdown={
-                **breakdown,
-                "cosine": round(c.cosine, 4) if c.cosine is not None else 0.0,
-                "keyword": round(c.keyword, 4),
-            },
-            contributions=contributions,
-            details=c.details,
+        fresh = recency(c.moment, now, half_life)
+        others = (
+            weights.recency * fresh
+            + weights.importance * c.importance
+            + weights.source_priority * SOURCE_PRIORITY[c.source]
         )
-        kept = hits.get(c.content_hash)
-        if kept is None or (hit.score, -SOURCES.index(hit.source)) > (
-            kept.score,
-            -SOURCES.index(kept.source),
-        ):
-            hits[c.content_hash] = hit
-    return sorted(hits.values(), key=lambda h: (-h.score, SOURCES.index(h.source), h.id))
+        score = weights.similarity * c.relevance + (c.relevance if gated else 1.0) * others
+        rank = -SOURCES.index(c.source)
+        best = kept.get(c.content_hash)
+        if best is None or (score, rank) > (best[0], best[1]):
+            kept[c.content_hash] = (score, rank, c, fresh)
+    order = sorted(kept.values(), key=lambda entry: (-entry[0], -entry[1], entry[2].id))
+    return [_hit(c, fresh, weights=weights, gated=gated) for _, _, c, fresh in order[:limit]]
+
+
+def _hit(c: Candidate, fresh: float, *, weights: SearchWeights, gated: bool) -> SearchHit:
+    """One candidate as a result, its terms and their weighted contributions explained."""
+    breakdown = {
+        "similarity": round(c.relevance, 4),
+        "recency": round(fresh, 4),
+        "importance": round(c.importance, 4),
+        "source_priority": SOURCE_PRIORITY[c.source],
+    }
+    contributions = {
+        term: round(
+            getattr(weights, term)
+            * value
+            * (c.relevance if gated and term != "similarity" else 1.0),
+            4,
+        )
+        for term, value in breakdown.items()
+    }
+    return SearchHit(
+        source=c.source,
+        id=c.id,
+        content=c.content,
+        score=round(sum(contributions.values()), 4),
+        breakdown={
+            **breakdown,
+            "cosine": round(c.cosine, 4) if c.cosine is not None else 0.0,
+            "keyword": round(c.keyword, 4),
+        },
+        contributions=contributions,
+        details=c.details,
+    )

@@ -167,7 +167,8 @@ def memories_search(
         now=moment,
         when=when,
         feedback=memory_feedback(agent),
-    )[:top_k]
+        limit=top_k,
+    )
     hits = memory_hits_completed(agent, hits)
     if record_retrieval:
         _mark_retrieved(agent, [h.id for h in hits if h.source == AGENT_MEMORY], moment)
@@ -213,12 +214,15 @@ def hits_ranked(
     when: QueryTime,
     knobs: RankingKnobs | None = None,
     feedback: Feedback | None = None,
+    limit: int | None = None,
 ) -> list[SearchHit]:
-    """The candidates fused and ranked (memory.search.ranking), every hit, best first;
-    ``feedback``: where the pseudo-relevance feedback's cosines come from."""
+    """The candidates fused and ranked (memory.search.ranking), the first ``limit`` hits, best
+    first; ``feedback``: where the pseudo-relevance feedback's cosines come from."""
     knobs = knobs or RankingKnobs.configured()
     fuse_with_feedback(candidates, knobs, when, feedback)
-    return ranked(candidates, weights=weights, threshold=threshold, now=now, knobs=knobs)
+    return ranked(
+        candidates, weights=weights, threshold=threshold, now=now, knobs=knobs, limit=limit
+    )
 
 
 def _mark_retrieved(agent: Agent, memory_ids: list[int], moment: datetime) -> None:
