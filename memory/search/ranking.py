@@ -22,8 +22,10 @@ SOURCE_PRIORITY = {AGENT_MEMORY: 1.0, AUDIT_LOG: 0.8, WORKFLOW_STEPS: 0.6, KNOWL
 
 @dataclass(frozen=True)
 class RankingKnobs:
-    """How the evidence is fused; defaults chosen by leave-one-conversation-out on LoCoMo dev
-    (bench/locomo_research.py --loco, docs/retrieval-research.md), set in settings.
+    """How the evidence is fused. The service uses ``configured()`` (settings, defaults chosen
+    by leave-one-conversation-out on LoCoMo dev: bench/locomo_research.py --loco,
+    docs/retrieval-research.md); the dataclass's own defaults leave the time evidence and the
+    feedback off.
 
     * ``dense_weight``: the cosine's share of the fusion (the keyword score gets the rest);
     * ``neighbour_boost``: share of the better session neighbour's evidence added;
