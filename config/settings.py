@@ -391,7 +391,7 @@ SEARCH_RECENCY_HALF_LIFE_DAYS = env_float("SEARCH_RECENCY_HALF_LIFE_DAYS", 30.0)
 SEARCH_MAX_TOP_K = env_int("SEARCH_MAX_TOP_K", 50)
 # How the evidence is fused (memory.search.ranking.RankingKnobs): chosen by
 # leave-one-conversation-out on LoCoMo dev (bench/locomo_research.py --loco).
-SEARCH_DENSE_WEIGHT = env_float("SEARCH_DENSE_WEIGHT", 0.5)
+SEARCH_DENSE_WEIGHT = env_float("SEARCH_DENSE_WEIGHT", 0.4)
 SEARCH_NEIGHBOUR_BOOST = env_float("SEARCH_NEIGHBOUR_BOOST", 0.3)
 SEARCH_TIME_BOOST = env_float("SEARCH_TIME_BOOST", 0.2)
 SEARCH_PERIOD_BOOST = env_float("SEARCH_PERIOD_BOOST", 0.2)

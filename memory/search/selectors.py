@@ -1,17 +1,16 @@
 """Search my memories (SPEC 5): one call over four sources, merged and explained.
 
 Per source, candidates come from a semantic leg (nearest vectors) and a keyword leg (full-text
-matches), both index-backed. Each candidate's *similarity* fuses the two kinds of evidence the
-way the LoCoMo dev set chose (docs/retrieval-research.md): min-max normalised cosine (over every
-candidate of the call, since all vectors come from one embedder) weighted 0.5 and min-max
-normalised keyword score (per source, since the sources score keywords differently) weighted
-0.5, plus 0.3 of the better of its two session neighbours' scores, rescaled to [0, 1]. Then every
-candidate is ranked by
+matches), both index-backed. Each candidate's *similarity* fuses the two kinds of evidence, its
+session neighbours' and the time evidence as ``memory.search.ranking.RankingKnobs`` says (knobs
+in settings, chosen by leave-one-conversation-out on LoCoMo dev, docs/retrieval-research.md).
+Then every candidate is ranked by
 
-    score = 0.5·similarity + 0.2·recency + 0.2·importance + 0.1·source_priority
+    score = 0.5·similarity + similarity·(0.2·recency + 0.2·importance + 0.1·source_priority)
 
-(weights configurable per deployment and per request), de-duplicated by content hash, cut by the
-similarity threshold and the top K. Each hit carries the terms and their contributions.
+(weights configurable per deployment and per request; the relevance gate, on by default, is the
+factor ``similarity`` on the other terms), de-duplicated by content hash, cut by the similarity
+threshold and the top K. Each hit carries the terms and their contributions.
 
 The legs of each source are in ``memory.search.legs``, the fusion and the score in
 ``memory.search.ranking``, how a vector leg scans in ``memory.search.plans``.
