@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 # shared/ lies beside the repository: /work/main/bench/_locomo.py -> /work/shared/data/...
 _DATA_CANDIDATES = [
@@ -251,3 +252,25 @@ class MetricSums:
 
     def mean(self, key: str) -> float:
         return self.sums[key] / max(self.n, 1)
+
+
+def memory_drafts(conv: Conversation, *, speaker: bool = True) -> list[dict[str, Any]]:
+    """The conversation's turns as the memory API takes them: content = the turn's text (plus
+    its image caption), session_id = the session, occurred_at = the session's date and time,
+    metadata = {"speaker", "dia_id"}; without ``speaker`` the metadata holds only the dia id
+    (content only, as many clients store memories; the dia id is for scoring)."""
+    drafts = []
+    for session in conv.sessions:
+        for turn in session.turns:
+            metadata = {"speaker": turn.speaker, "dia_id": turn.dia_id}
+            if not speaker:
+                del metadata["speaker"]
+            draft: dict[str, Any] = {
+                "content": turn.with_caption(),
+                "session_id": f"session_{session.number}",
+                "metadata": metadata,
+            }
+            if session.when is not None:
+                draft["occurred_at"] = session.when.isoformat()
+            drafts.append(draft)
+    return drafts

@@ -17,7 +17,12 @@ admin API key through the services, then only speaks HTTP:
   details.metadata.dia_id and any other source's hit as a miss in its place.
 
 Two passes: the service's default weights, and relevance only (similarity 1, recency, importance
-and source priority 0). Metrics as in docs/retrieval-research.md (same evidence clean-up, printed
+and source priority 0). ``--no-speaker`` stores the turns without speaker metadata (content only,
+as many clients store memories). ``--mixed-ingest N`` adds a third pass: the default-weights
+searches again while another client stores LoCoMo turns for another agent at N memories/s
+(batches of ``--mixed-batch``), with the embedder's own rate on the same texts measured in
+process just before, so the ingest's share of it and the search latency under ingest print
+next to the quiet pass's. Metrics as in docs/retrieval-research.md (same evidence clean-up, printed
 below): R@1/5/10, MRR, nDCG@10, overall and per category; latency is the client's HTTP round trip
 (query embedding included), next to the server's own took_ms. Targets: R@10 >= 0.80, p95 <= 50 ms.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +46,7 @@ from _locomo import (
     MetricSums,
     limit_questions,
     load_locomo,
+    memory_drafts,
     ranking_metrics,
 )
 from _service import ApiClient, service_stack
@@ -63,21 +70,6 @@ RELEVANCE_ONLY: dict[str, float] = {
 }
 
 
-def memory_drafts(conv: Conversation) -> list[dict[str, Any]]:
-    drafts = []
-    for session in conv.sessions:
-        for turn in session.turns:
-            draft: dict[str, Any] = {
-                "content": turn.with_caption(),
-                "session_id": f"session_{session.number}",
-                "metadata": {"speaker": turn.speaker, "dia_id": turn.dia_id},
-            }
-            if session.when is not None:
-                draft["occurred_at"] = session.when.isoformat()
-            drafts.append(draft)
-    return drafts
-
-
 def expect(status: int, body: Any, wanted: int, what: str) -> None:
     if status != wanted:
         raise SystemExit(f"{what}: HTTP {status} (expected {wanted}): {body}")
@@ -89,13 +81,15 @@ class Agent:
     name: str
 
 
-def load_conversation(api: ApiClient, conv: Conversation, batch: int) -> tuple[Agent, float]:
+def load_conversation(
+    api: ApiClient, conv: Conversation, batch: int, *, speaker: bool = True
+) -> tuple[Agent, float]:
     """Create the conversation's agent and store its turns; returns it and the seconds taken."""
     name = f"locomo-{conv.sample_id}"
     status, body, _ = api.post("/api/v1/agents/", {"name": name})
     expect(status, body, 201, f"creating agent {name}")
     agent = Agent(int(body["id"]), name)
-    drafts = memory_drafts(conv)
+    drafts = memory_drafts(conv, speaker=speaker)
     started = time.perf_counter()
     for offset in range(0, len(drafts), batch):
         chunk = drafts[offset : offset + batch]
@@ -174,6 +168,66 @@ def run_pass(
     return result
 
 
+class Ingest(threading.Thread):
+    """Stores memories for one agent at a steady rate through the batch API, on its own
+    connection, until stopped; keeps what it stored and how long each request took."""
+
+    def __init__(
+        self, api: ApiClient, agent: str, items: list[dict[str, Any]], rate: float, batch: int
+    ) -> None:
+        super().__init__(daemon=True)
+        self.api, self.agent, self.items, self.batch = api, agent, items, batch
+        self.interval = batch / rate
+        self.halt = threading.Event()
+        self.stored = 0
+        self.request_ms: list[float] = []
+        self.seconds = 0.0
+        self.failures = 0
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        offset = 0
+        next_at = started
+        while not self.halt.is_set():
+            chunk = [self.items[(offset + k) % len(self.items)] for k in range(self.batch)]
+            offset += self.batch
+            status, _, elapsed = self.api.post(
+                "/api/v1/memories/batch/", {"agent": self.agent, "memories": chunk}
+            )
+            if status == 201:
+                self.stored += len(chunk)
+                self.request_ms.append(elapsed)
+            else:
+                self.failures += 1
+            next_at += self.interval
+            self.halt.wait(max(0.0, next_at - time.perf_counter()))
+        self.seconds = time.perf_counter() - started
+
+
+def raw_embedder_rate(items: list[dict[str, Any]], batch: int, count: int = 300) -> float:
+    """Memories/s of the service's embedder alone on the texts the store embeds, in batches
+    of ``batch`` (what the ingest's requests carry)."""
+    from datetime import datetime
+
+    from memory.embeddings.backends import embed_texts
+    from memory.episodic.services import memory_embedding_text
+
+    texts = [
+        memory_embedding_text(
+            content=item["content"],
+            role="user",
+            metadata=item["metadata"],
+            when=datetime.fromisoformat(item["occurred_at"]),
+        )
+        for item in items[:count]
+    ]
+    embed_texts(texts[:batch])  # warm
+    started = time.perf_counter()
+    for offset in range(0, len(texts), batch):
+        embed_texts(texts[offset : offset + batch])
+    return len(texts) / (time.perf_counter() - started)
+
+
 def metric_row(label: str, sums: MetricSums) -> str:
     cells = " | ".join(f"{sums.mean(key):.3f}" if sums.n else "  -  " for key in METRICS)
     return f"| {label:22} | {sums.n:4} | {cells} |"
@@ -212,6 +266,56 @@ def report(result: PassResult, weights: dict[str, float] | None) -> None:
     )
 
 
+def mixed_pass(
+    stack: Any,
+    api: ApiClient,
+    convs: list[Conversation],
+    agents: dict[str, Agent],
+    args: argparse.Namespace,
+    quiet: PassResult,
+) -> PassResult:
+    """The default-weights searches again while another client ingests at a steady rate."""
+    items = [
+        {**draft, "session_id": f"{conv.sample_id}/{draft['session_id']}"}
+        for conv in convs
+        for draft in memory_drafts(conv, speaker=not args.no_speaker)
+        if "occurred_at" in draft
+    ]
+    raw = raw_embedder_rate(items, args.mixed_batch)
+    ingest_api = stack.client(api.key)
+    status, body, _ = ingest_api.post("/api/v1/agents/", {"name": "ingest"})
+    expect(status, body, 201, "creating the ingest agent")
+    ingest = Ingest(ingest_api, "ingest", items, args.mixed_ingest, args.mixed_batch)
+    ingest.start()
+    time.sleep(2.0)  # the ingest reaches its pace before the searches start
+    name = f"default weights, {args.mixed_ingest:.0f} memories/s ingest running"
+    try:
+        result = run_pass(api, convs, agents, name, None)
+    finally:
+        ingest.halt.set()
+        ingest.join()
+        ingest_api.close()
+    report(result, None)
+    achieved = ingest.stored / ingest.seconds
+    print(
+        f"ingest during the pass: {ingest.stored} memories in {ingest.seconds:.1f} s = "
+        f"{achieved:.0f}/s (asked {args.mixed_ingest:.0f}/s, {ingest.failures} failed requests; "
+        f"request p50 {statistics.median(ingest.request_ms):.0f} ms, p95 "
+        f"{percentile(ingest.request_ms, 0.95):.0f} ms); the embedder alone on the same texts "
+        f"in batches of {args.mixed_batch}: {raw:.0f}/s, so the ingest ran at "
+        f"{achieved / min(raw, args.mixed_ingest):.0%} of what the embedder allows at the "
+        "asked rate"
+    )
+    q95, m95 = percentile(quiet.client_ms, 0.95), percentile(result.client_ms, 0.95)
+    print(
+        f"search client p95 quiet {q95:.1f} ms, under ingest {m95:.1f} ms (ratio {m95 / q95:.2f});"
+        f" p50 {statistics.median(quiet.client_ms):.1f} -> "
+        f"{statistics.median(result.client_ms):.1f} ms; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -223,6 +327,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
     parser.add_argument("--batch", type=int, default=1000, help="memories per batch request")
     parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
+    parser.add_argument(
+        "--no-speaker", action="store_true", help="store no speaker metadata (content only)"
+    )
+    parser.add_argument(
+        "--mixed-ingest",
+        type=float,
+        default=0.0,
+        help="memories/s stored during a third search pass (0: no such pass)",
+    )
+    parser.add_argument("--mixed-batch", type=int, default=10, help="memories per ingest request")
     args = parser.parse_args()
 
     convs, evidence = load_locomo(args.data)
@@ -232,7 +346,8 @@ def main() -> None:
     limit_questions(convs, args.limit_questions)
     print(
         f"LoCoMo dev: {len(convs)} conversations, {sum(len(c.turns) for c in convs)} turns, "
-        f"{sum(len(c.questions) for c in convs)} questions scored ({args.data})"
+        f"{sum(len(c.questions) for c in convs)} questions scored ({args.data}); speaker "
+        f"metadata {'NOT stored (--no-speaker)' if args.no_speaker else 'stored'}"
     )
     for line in evidence.lines():
         print("  evidence:", line)
@@ -244,7 +359,9 @@ def main() -> None:
         agents: dict[str, Agent] = {}
         stored, seconds = 0, 0.0
         for conv in convs:
-            agents[conv.sample_id], took = load_conversation(api, conv, args.batch)
+            agents[conv.sample_id], took = load_conversation(
+                api, conv, args.batch, speaker=not args.no_speaker
+            )
             stored += len(conv.turns)
             seconds += took
         print(
@@ -257,6 +374,8 @@ def main() -> None:
             result = run_pass(api, convs, agents, name, weights)
             results.append(result)
             report(result, weights)
+        if args.mixed_ingest:
+            results.append(mixed_pass(stack, api, convs, agents, args, results[0]))
         api.close()
     print("\nR@10 side by side:")
     for result in results:

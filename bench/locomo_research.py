@@ -8,6 +8,8 @@ Usage::
     python bench/locomo_research.py --list
     python bench/locomo_research.py --postgres           # also score with real PostgreSQL FTS
     python bench/locomo_research.py --sweep              # grid over the main knobs (slow-ish)
+    python bench/locomo_research.py --loco               # the service's own ranking, tuned by
+                                                         # leave-one-conversation-out (defaults)
 
 Protocol (same as bench/embedding_models.py): per conversation the corpus is every turn of that
 conversation, the query is each question, the relevant items are its evidence dia ids. Metrics:
@@ -829,7 +831,28 @@ def main() -> None:
     ap.add_argument("--postgres", action="store_true", help="score with PostgreSQL FTS as well")
     ap.add_argument("--pg-dir", type=Path, default=Path("/work/locomo-research/pg"))
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument(
+        "--loco",
+        action="store_true",
+        help="leave-one-conversation-out over the service's ranking knobs (bench/_locomo_loco.py)",
+    )
+    ap.add_argument("--loco-knobs", default="", help="comma-separated knobs to vary (default all)")
+    ap.add_argument("--loco-dir", type=Path, default=ROOT / "var" / "bench-locomo-loco")
+    ap.add_argument("--loco-cache", type=Path, default=ROOT / "var" / "locomo-cache")
     args = ap.parse_args()
+    if args.loco:
+        from _locomo_loco import run as loco_run
+
+        convs, report = load_locomo(args.data)
+        print(
+            f"LoCoMo dev: {len(convs)} conversations, {sum(len(c.questions) for c in convs)} "
+            f"questions scored; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        )
+        for line in report.lines():
+            print("  evidence:", line)
+        loco_run(convs, args.loco_cache, args.loco_dir, args.loco_knobs)
+        print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
 
     exps = experiments()
     if args.list:

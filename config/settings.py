@@ -390,6 +390,15 @@ SEARCH_WEIGHTS = search_weights(env_list("SEARCH_WEIGHTS", ["0.5", "0.2", "0.2",
 SEARCH_SIMILARITY_THRESHOLD = env_float("SEARCH_SIMILARITY_THRESHOLD", 0.2)
 SEARCH_RECENCY_HALF_LIFE_DAYS = env_float("SEARCH_RECENCY_HALF_LIFE_DAYS", 30.0)
 SEARCH_MAX_TOP_K = env_int("SEARCH_MAX_TOP_K", 50)
+# How the evidence is fused (memory.search.ranking.RankingKnobs): chosen by
+# leave-one-conversation-out on LoCoMo dev (bench/locomo_research.py --loco).
+SEARCH_DENSE_WEIGHT = env_float("SEARCH_DENSE_WEIGHT", 0.4)
+SEARCH_NEIGHBOUR_BOOST = env_float("SEARCH_NEIGHBOUR_BOOST", 0.3)
+SEARCH_TIME_BOOST = env_float("SEARCH_TIME_BOOST", 0.2)
+SEARCH_PERIOD_BOOST = env_float("SEARCH_PERIOD_BOOST", 0.2)
+SEARCH_RELEVANCE_GATE = env_bool("SEARCH_RELEVANCE_GATE", True)
+SEARCH_FEEDBACK_WEIGHT = env_float("SEARCH_FEEDBACK_WEIGHT", 0.0)
+SEARCH_FEEDBACK_DOCS = env_int("SEARCH_FEEDBACK_DOCS", 3)
 
 # --- Consolidation: memories that supersede older ones (docs/search.md#facts-that-change) ---
 # off: nothing is looked for; propose: each store answers the older memories it would supersede

@@ -183,7 +183,8 @@ def knowledge_search(
     )
     # Fused as memory search fuses one source's evidence (memory.search.ranking).
     dense, weight = semantic_evidence(
-        [None if row.cosine is None else float(row.cosine) for row in rows]
+        [None if row.cosine is None else float(row.cosine) for row in rows],
+        settings.SEARCH_DENSE_WEIGHT,
     )
     keyword = minmax([float(row.keyword) for row in rows])
     limit = settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold

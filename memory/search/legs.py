@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,7 @@ from memory.search.plans import (
     vector_literal,
 )
 from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, WORKFLOW_STEPS, Candidate
+from memory.search.temporal import TIME_EXPRESSION_SQL_PATTERN, QueryTime, time_expression_sql
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -136,7 +137,7 @@ SELECT m.id, extract(epoch FROM m.occurred_at)::float8 AS occurred_epoch, m.cont
            JOIN query_terms AS q ON q.lexeme = u.lexeme
        ), 0) AS keyword,
        before.id AS previous_id, after.id AS next_id,
-       {own_match} AS own_match
+       {own_match} AS own_match, {mentions_time} AS mentions_time
 FROM memory_memory AS m
 -- The keyword document lives out of line (TOAST): every function given m.search_vector would
 -- fetch and copy it again. The lateral copy fetches it once per candidate for both uses.
@@ -221,8 +222,11 @@ def memory_candidates_query(
     filters: SearchFilters,
     now: datetime,
     validity: Validity = CURRENTLY_VALID,
+    when: QueryTime | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
+    """The agent-memory candidate SQL and its parameters (the benchmarks time it alone).
+    ``when``: what the query says about time; a question asking when marks the candidates
+    whose text names a time."""
     with read_connection.cursor() as cursor:
         cursor.execute(LEXEME_STATS_SQL, {"query": query, "agent": agent.pk})
         rows = rows_named(cursor)
@@ -266,6 +270,7 @@ def memory_candidates_query(
         "memory_type": filters.memory_type,
         "tags": list(filters.tags),
         "metadata": json.dumps(filters.metadata),
+        "time_pattern": TIME_EXPRESSION_SQL_PATTERN,
     }
     dense = dense_leg_sql(documents, filters)
     search_plan_note(dense_leg_plan(documents, filters) if vector is not None else "keyword")
@@ -277,6 +282,7 @@ def memory_candidates_query(
         cosine=cosine_similarity_sql("m.embedding") if vector is not None else "NULL",
         # The memory's own line (weight A) shares a word with the query, not just a neighbour.
         own_match="ts_filter(d.document, '{a}') @@ %(any_lexeme)s::tsquery" if present else "false",
+        mentions_time=time_expression_sql("m.content") if when and when.asks_when else "false",
     )
     return sql, params
 
@@ -289,9 +295,16 @@ def memory_candidates(
     filters: SearchFilters,
     now: datetime,
     validity: Validity = CURRENTLY_VALID,
+    when: QueryTime | None = None,
 ) -> list[Candidate]:
     sql, params = memory_candidates_query(
-        agent=agent, query=query, vector=vector, filters=filters, now=now, validity=validity
+        agent=agent,
+        query=query,
+        vector=vector,
+        filters=filters,
+        now=now,
+        validity=validity,
+        when=when,
     )
     with (
         transaction.atomic(using=read_connection.alias, savepoint=False),
@@ -317,9 +330,42 @@ def memory_candidates(
             previous_id=row.previous_id,
             next_id=row.next_id,
             own_match=bool(row.own_match),
+            mentions_time=bool(row.mentions_time),
         )
         for row in rows
     ]
+
+
+# Pseudo-relevance feedback: each candidate's mean cosine to the first ranking's best memories,
+# from the stored vectors (a few hundred rows read by primary key; no embedding).
+FEEDBACK_SQL = """
+SELECT c.id, avg(1 - nullif(c.embedding <=> b.embedding, 'NaN'::float8)) AS feedback
+FROM memory_memory AS c
+JOIN memory_memory AS b
+  ON b.id = ANY(%(best)s) AND b.tenant_id = %(tenant)s AND b.agent_id = %(agent)s
+ AND b.embedding IS NOT NULL
+WHERE c.id = ANY(%(ids)s) AND c.tenant_id = %(tenant)s AND c.agent_id = %(agent)s
+  AND c.embedding IS NOT NULL
+GROUP BY c.id
+"""
+
+
+def memory_feedback(agent: Agent) -> Callable[[list[int], list[int]], dict[int, float]]:
+    """The feedback source of memory.search.ranking.fuse_with_feedback for this agent."""
+
+    def similar(best: list[int], ids: list[int]) -> dict[int, float]:
+        with read_connection.cursor() as cursor:
+            cursor.execute(
+                FEEDBACK_SQL,
+                {"best": best, "ids": ids, "tenant": agent.tenant_id, "agent": agent.pk},
+            )
+            return {
+                int(row.id): float(row.feedback)
+                for row in rows_named(cursor)
+                if row.feedback is not None
+            }
+
+    return similar
 
 
 # Query words that carry meaning: the ledger's words minus English stop words.

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+
+from memory.search.temporal import QueryTime
 
 AGENT_MEMORY = "agent_memory"
 AUDIT_LOG = "audit_log"
@@ -18,9 +20,45 @@ SOURCES = (AGENT_MEMORY, AUDIT_LOG, WORKFLOW_STEPS, KNOWLEDGE_BASE)
 SOURCE_PRIORITY = {AGENT_MEMORY: 1.0, AUDIT_LOG: 0.8, WORKFLOW_STEPS: 0.6, KNOWLEDGE_BASE: 0.5}
 
 
-# Fusion of the two kinds of evidence, chosen on LoCoMo dev (docs/retrieval-research.md).
-DENSE_WEIGHT = 0.5
-NEIGHBOUR_BOOST = 0.3
+@dataclass(frozen=True)
+class RankingKnobs:
+    """How the evidence is fused. The service uses ``configured()`` (settings, defaults chosen
+    by leave-one-conversation-out on LoCoMo dev: bench/locomo_research.py --loco,
+    docs/retrieval-research.md); the dataclass's own defaults leave the time evidence and the
+    feedback off.
+
+    * ``dense_weight``: the cosine's share of the fusion (the keyword score gets the rest);
+    * ``neighbour_boost``: share of the better session neighbour's evidence added;
+    * ``time_boost``: added for a question asking *when* to a memory whose text names a time;
+    * ``period_boost``: added to a memory that occurred in a period the query names;
+    * ``relevance_gate``: recency, importance and source priority count in proportion to the
+      relevance, so they order relevant results but never lift an irrelevant one;
+    * ``feedback_weight``: pseudo-relevance feedback (Rocchio on the vectors): a second
+      ranking adds this times each candidate's mean cosine to the first ranking's
+      ``feedback_docs`` best memories to its own cosine, so evidence phrased like the best
+      matches (another session's part of a multi-hop answer) moves up. No second embedding:
+      the cosines come from the stored vectors (memory.search.legs.memory_feedback).
+    """
+
+    dense_weight: float = 0.5
+    neighbour_boost: float = 0.3
+    time_boost: float = 0.0
+    period_boost: float = 0.0
+    relevance_gate: bool = True
+    feedback_weight: float = 0.0
+    feedback_docs: int = 3
+
+    @classmethod
+    def configured(cls) -> RankingKnobs:
+        return cls(
+            dense_weight=settings.SEARCH_DENSE_WEIGHT,
+            neighbour_boost=settings.SEARCH_NEIGHBOUR_BOOST,
+            time_boost=settings.SEARCH_TIME_BOOST,
+            period_boost=settings.SEARCH_PERIOD_BOOST,
+            relevance_gate=settings.SEARCH_RELEVANCE_GATE,
+            feedback_weight=settings.SEARCH_FEEDBACK_WEIGHT,
+            feedback_docs=settings.SEARCH_FEEDBACK_DOCS,
+        )
 
 
 @dataclass(frozen=True)
@@ -53,6 +91,10 @@ class Candidate:
     next_id: int | None = None
     # Whether the candidate's own text (not only its session neighbours') shares a query word.
     own_match: bool = True
+    # Whether the candidate's own text names a time ("yesterday", "in May", "two weeks").
+    mentions_time: bool = False
+    # Mean cosine to the first ranking's best memories (pseudo-relevance feedback), if asked.
+    feedback: float | None = None
     relevance: float = 0.0
 
 
@@ -82,16 +124,18 @@ def minmax(values: Sequence[float]) -> list[float]:
     return [(value - low) / (high - low) for value in values]
 
 
-def semantic_evidence(cosines: Sequence[float | None]) -> tuple[list[float], float]:
+def semantic_evidence(
+    cosines: Sequence[float | None], dense_weight: float
+) -> tuple[list[float], float]:
     """The cosines min-max normalised, and the share of the fusion they get.
 
     A candidate without a vector counts as the lowest cosine of the call. The share is
-    ``DENSE_WEIGHT``, or 0 when no candidate has a vector: keywords alone rank.
+    ``dense_weight``, or 0 when no candidate has a vector: keywords alone rank.
     """
     present = [cosine for cosine in cosines if cosine is not None]
     floor = min(present, default=0.0)
     dense = minmax([cosine if cosine is not None else floor for cosine in cosines])
-    return dense, DENSE_WEIGHT if present else 0.0
+    return dense, dense_weight if present else 0.0
 
 
 def hybrid(dense: float, keyword: float, semantic_weight: float) -> float:
@@ -99,14 +143,27 @@ def hybrid(dense: float, keyword: float, semantic_weight: float) -> float:
     return semantic_weight * dense + (1 - semantic_weight) * keyword
 
 
-def fuse(candidates: list[Candidate]) -> None:
+def fuse(
+    candidates: list[Candidate],
+    knobs: RankingKnobs | None = None,
+    when: QueryTime | None = None,
+) -> None:
     """Set each candidate's relevance in [0, 1] from its semantic and keyword evidence.
 
     Cosines are normalised over every candidate (one embedder made them all), keyword scores
-    per source (the sources score keywords differently); then 0.3 of the better session
-    neighbour's fused evidence is added, rescaled to [0, 1].
+    per source (the sources score keywords differently); then a share of the better session
+    neighbour's fused evidence is added, and the time evidence (``when``: what the query says
+    about time), the sum rescaled to [0, 1].
     """
-    dense, semantic_weight = semantic_evidence([c.cosine for c in candidates])
+    knobs = knobs or RankingKnobs.configured()
+    when = when or QueryTime()
+    cosines = [
+        c.cosine + knobs.feedback_weight * c.feedback
+        if c.cosine is not None and c.feedback is not None
+        else c.cosine
+        for c in candidates
+    ]
+    dense, semantic_weight = semantic_evidence(cosines, knobs.dense_weight)
     keyword = [0.0] * len(candidates)
     for source in SOURCES:
         positions = [i for i, c in enumerate(candidates) if c.source == source]
@@ -118,57 +175,122 @@ def fuse(candidates: list[Candidate]) -> None:
         (c.source, c.id): hybrid(d, k, semantic_weight)
         for c, d, k in zip(candidates, dense, keyword, strict=True)
     }
+    time_boost = knobs.time_boost if when.asks_when else 0.0
+    period_boost = knobs.period_boost if when.periods else 0.0
+    scale = 1 + knobs.neighbour_boost + time_boost + period_boost
     for c in candidates:
         around = [
             fused.get((c.source, neighbour), 0.0)
             for neighbour in (c.previous_id, c.next_id)
             if neighbour is not None
         ]
-        c.relevance = (fused[(c.source, c.id)] + NEIGHBOUR_BOOST * max(around, default=0.0)) / (
-            1 + NEIGHBOUR_BOOST
-        )
+        evidence = fused[(c.source, c.id)] + knobs.neighbour_boost * max(around, default=0.0)
+        if time_boost and c.mentions_time:
+            evidence += time_boost
+        if period_boost and when.in_period(c.moment):
+            evidence += period_boost
+        c.relevance = evidence / scale
 
 
-def recency(moment: datetime, now: datetime) -> float:
+Feedback = Callable[[list[int], list[int]], dict[int, float]]
+"""(the first ranking's best memory ids, candidate memory ids) -> mean cosine to the best."""
+
+
+def fuse_with_feedback(
+    candidates: list[Candidate],
+    knobs: RankingKnobs,
+    when: QueryTime,
+    feedback: Feedback | None,
+) -> None:
+    """``fuse``, and with ``knobs.feedback_weight`` and a ``feedback`` source a second time
+    after each agent memory got its mean cosine to the first ranking's best memories."""
+    fuse(candidates, knobs, when)
+    memories = [c for c in candidates if c.source == AGENT_MEMORY]
+    if not knobs.feedback_weight or feedback is None or not memories:
+        return
+    best = sorted(memories, key=lambda c: (-c.relevance, c.id))[: knobs.feedback_docs]
+    similar = feedback([c.id for c in best], [c.id for c in memories])
+    for c in memories:
+        c.feedback = similar.get(c.id)
+    fuse(candidates, knobs, when)
+
+
+def recency(moment: datetime, now: datetime, half_life_days: float | None = None) -> float:
     """1 now, halving every ``SEARCH_RECENCY_HALF_LIFE_DAYS``."""
+    half_life = settings.SEARCH_RECENCY_HALF_LIFE_DAYS if half_life_days is None else half_life_days
     age_days = max((now - moment).total_seconds(), 0.0) / 86400
-    return float(0.5 ** (age_days / settings.SEARCH_RECENCY_HALF_LIFE_DAYS))
+    return float(0.5 ** (age_days / half_life))
 
 
 def ranked(
-    candidates: list[Candidate], *, weights: SearchWeights, threshold: float, now: datetime
+    candidates: list[Candidate],
+    *,
+    weights: SearchWeights,
+    threshold: float,
+    now: datetime,
+    knobs: RankingKnobs | None = None,
+    limit: int | None = None,
 ) -> list[SearchHit]:
-    hits: dict[str, SearchHit] = {}
+    """The candidates above the threshold as hits, best first, one per content hash; the
+    first ``limit`` of them (all by default).
+
+    With the relevance gate (``knobs.relevance_gate``) recency, importance
+    and source priority are multiplied by the candidate's relevance: they order results that
+    are about the query, and a result that is barely about it cannot outrank a relevant one on
+    being new or important alone (issue 22, "no filler results").
+
+    Scores are compared as computed; the hits (rounded terms, explanations) are built for the
+    ones returned only (building them for a few hundred candidates cost 10-30 ms).
+    """
+    gated = (knobs or RankingKnobs.configured()).relevance_gate
+    half_life = settings.SEARCH_RECENCY_HALF_LIFE_DAYS
+    kept: dict[str, tuple[float, int, Candidate, float]] = {}
     for c in candidates:
         # Weak on both kinds of evidence: neither close in meaning nor sharing a word.
         if not (c.keyword > 0 and c.own_match) and (c.cosine is None or c.cosine < threshold):
             continue
-        breakdown = {
-            "similarity": round(c.relevance, 4),
-            "recency": round(recency(c.moment, now), 4),
-            "importance": round(c.importance, 4),
-            "source_priority": SOURCE_PRIORITY[c.source],
-        }
-        contributions = {
-            term: round(getattr(weights, term) * value, 4) for term, value in breakdown.items()
-        }
-        hit = SearchHit(
-            source=c.source,
-            id=c.id,
-            content=c.content,
-            score=round(sum(contributions.values()), 4),
-            breakdown={
-                **breakdown,
-                "cosine": round(c.cosine, 4) if c.cosine is not None else 0.0,
-                "keyword": round(c.keyword, 4),
-            },
-            contributions=contributions,
-            details=c.details,
+        fresh = recency(c.moment, now, half_life)
+        others = (
+            weights.recency * fresh
+            + weights.importance * c.importance
+            + weights.source_priority * SOURCE_PRIORITY[c.source]
         )
-        kept = hits.get(c.content_hash)
-        if kept is None or (hit.score, -SOURCES.index(hit.source)) > (
-            kept.score,
-            -SOURCES.index(kept.source),
-        ):
-            hits[c.content_hash] = hit
-    return sorted(hits.values(), key=lambda h: (-h.score, SOURCES.index(h.source), h.id))
+        score = weights.similarity * c.relevance + (c.relevance if gated else 1.0) * others
+        rank = -SOURCES.index(c.source)
+        best = kept.get(c.content_hash)
+        if best is None or (score, rank) > (best[0], best[1]):
+            kept[c.content_hash] = (score, rank, c, fresh)
+    order = sorted(kept.values(), key=lambda entry: (-entry[0], -entry[1], entry[2].id))
+    return [_hit(c, fresh, weights=weights, gated=gated) for _, _, c, fresh in order[:limit]]
+
+
+def _hit(c: Candidate, fresh: float, *, weights: SearchWeights, gated: bool) -> SearchHit:
+    """One candidate as a result, its terms and their weighted contributions explained."""
+    breakdown = {
+        "similarity": round(c.relevance, 4),
+        "recency": round(fresh, 4),
+        "importance": round(c.importance, 4),
+        "source_priority": SOURCE_PRIORITY[c.source],
+    }
+    contributions = {
+        term: round(
+            getattr(weights, term)
+            * value
+            * (c.relevance if gated and term != "similarity" else 1.0),
+            4,
+        )
+        for term, value in breakdown.items()
+    }
+    return SearchHit(
+        source=c.source,
+        id=c.id,
+        content=c.content,
+        score=round(sum(contributions.values()), 4),
+        breakdown={
+            **breakdown,
+            "cosine": round(c.cosine, 4) if c.cosine is not None else 0.0,
+            "keyword": round(c.keyword, 4),
+        },
+        contributions=contributions,
+        details=c.details,
+    )

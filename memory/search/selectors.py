@@ -1,17 +1,16 @@
 """Search my memories (SPEC 5): one call over four sources, merged and explained.
 
 Per source, candidates come from a semantic leg (nearest vectors) and a keyword leg (full-text
-matches), both index-backed. Each candidate's *similarity* fuses the two kinds of evidence the
-way the LoCoMo dev set chose (docs/retrieval-research.md): min-max normalised cosine (over every
-candidate of the call, since all vectors come from one embedder) weighted 0.5 and min-max
-normalised keyword score (per source, since the sources score keywords differently) weighted
-0.5, plus 0.3 of the better of its two session neighbours' scores, rescaled to [0, 1]. Then every
-candidate is ranked by
+matches), both index-backed. Each candidate's *similarity* fuses the two kinds of evidence, its
+session neighbours' and the time evidence as ``memory.search.ranking.RankingKnobs`` says (knobs
+in settings, chosen by leave-one-conversation-out on LoCoMo dev, docs/retrieval-research.md).
+Then every candidate is ranked by
 
-    score = 0.5·similarity + 0.2·recency + 0.2·importance + 0.1·source_priority
+    score = 0.5·similarity + similarity·(0.2·recency + 0.2·importance + 0.1·source_priority)
 
-(weights configurable per deployment and per request), de-duplicated by content hash, cut by the
-similarity threshold and the top K. Each hit carries the terms and their contributions.
+(weights configurable per deployment and per request; the relevance gate, on by default, is the
+factor ``similarity`` on the other terms), de-duplicated by content hash, cut by the similarity
+threshold and the top K. Each hit carries the terms and their contributions.
 
 The legs of each source are in ``memory.search.legs``, the fusion and the score in
 ``memory.search.ranking``, how a vector leg scans in ``memory.search.plans``.
@@ -45,6 +44,7 @@ from memory.search.legs import (
     event_candidates,
     knowledge_base_candidates,
     memory_candidates,
+    memory_feedback,
 )
 from memory.search.plans import (
     HNSW_EF_SEARCH,
@@ -59,11 +59,14 @@ from memory.search.ranking import (
     SOURCES,
     WORKFLOW_STEPS,
     Candidate,
+    Feedback,
+    RankingKnobs,
     SearchHit,
     SearchWeights,
-    fuse,
+    fuse_with_feedback,
     ranked,
 )
+from memory.search.temporal import QueryTime, query_time
 
 logger = logging.getLogger(__name__)
 
@@ -149,27 +152,26 @@ def memories_search(
             vector = embed_query(query)
         except EmbeddingUnavailable as exc:
             logger.warning("searching by keywords only: %s", exc)
-    candidates: list[Candidate] = []
-    if AGENT_MEMORY in sources:
-        candidates += memory_candidates(
-            agent=agent,
-            query=query,
-            vector=vector,
-            filters=filters or SearchFilters(),
-            now=moment,
-            validity=validity,
-        )
-    if AUDIT_LOG in sources or WORKFLOW_STEPS in sources:
-        candidates += event_candidates(agent=agent, query=query, vector=vector, sources=sources)
-    if KNOWLEDGE_BASE in sources:
-        candidates += knowledge_base_candidates(agent=agent, query=query, vector=vector)
-    fuse(candidates)
-    hits = ranked(
+    when = query_time(query, moment)
+    candidates = search_candidates(
+        agent=agent,
+        query=query,
+        vector=vector,
+        sources=sources,
+        filters=filters or SearchFilters(),
+        now=moment,
+        when=when,
+        validity=validity,
+    )
+    hits = hits_ranked(
         candidates,
         weights=weights or SearchWeights.configured(),
         threshold=settings.SEARCH_SIMILARITY_THRESHOLD if threshold is None else threshold,
         now=moment,
-    )[:top_k]
+        when=when,
+        feedback=memory_feedback(agent),
+        limit=top_k,
+    )
     hits = memory_hits_completed(agent, hits)
     if record_retrieval:
         _mark_retrieved(agent, [h.id for h in hits if h.source == AGENT_MEMORY], moment)
@@ -179,6 +181,57 @@ def memories_search(
         semantic=vector is not None,
         took_ms=round((time.perf_counter() - started) * 1000, 2),
         candidates=len(candidates),
+    )
+
+
+def search_candidates(
+    *,
+    agent: Agent,
+    query: str,
+    vector: Sequence[float] | None,
+    sources: Sequence[str],
+    filters: SearchFilters,
+    now: datetime,
+    when: QueryTime,
+    validity: Validity = CURRENTLY_VALID,
+) -> list[Candidate]:
+    """Every source's candidates for the query, not yet ranked (bench/locomo_research.py
+    ranks one question's candidates under many knob settings)."""
+    candidates: list[Candidate] = []
+    if AGENT_MEMORY in sources:
+        candidates += memory_candidates(
+            agent=agent,
+            query=query,
+            vector=vector,
+            filters=filters,
+            now=now,
+            validity=validity,
+            when=when,
+        )
+    if AUDIT_LOG in sources or WORKFLOW_STEPS in sources:
+        candidates += event_candidates(agent=agent, query=query, vector=vector, sources=sources)
+    if KNOWLEDGE_BASE in sources:
+        candidates += knowledge_base_candidates(agent=agent, query=query, vector=vector)
+    return candidates
+
+
+def hits_ranked(
+    candidates: list[Candidate],
+    *,
+    weights: SearchWeights,
+    threshold: float,
+    now: datetime,
+    when: QueryTime,
+    knobs: RankingKnobs | None = None,
+    feedback: Feedback | None = None,
+    limit: int | None = None,
+) -> list[SearchHit]:
+    """The candidates fused and ranked (memory.search.ranking), the first ``limit`` hits, best
+    first; ``feedback``: where the pseudo-relevance feedback's cosines come from."""
+    knobs = knobs or RankingKnobs.configured()
+    fuse_with_feedback(candidates, knobs, when, feedback)
+    return ranked(
+        candidates, weights=weights, threshold=threshold, now=now, knobs=knobs, limit=limit
     )
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from memory.knowledge import selectors as knowledge_selectors
 from memory.search import ranking
+from memory.search.temporal import Period, QueryTime
 
 
 def test_scores_that_differ_only_by_float_noise_are_equal_evidence():
@@ -23,15 +26,120 @@ def test_distinct_scores_span_zero_to_one():
 @pytest.mark.parametrize(
     ("cosines", "dense", "weight"),
     [
-        ([0.9, None, 0.5], [1.0, 0.0, 0.0], ranking.DENSE_WEIGHT),
+        ([0.9, None, 0.5], [1.0, 0.0, 0.0], 0.5),
         ([None, None], [0.0, 0.0], 0.0),
     ],
 )
 def test_a_candidate_without_a_vector_counts_as_the_lowest_cosine(cosines, dense, weight):
-    assert ranking.semantic_evidence(cosines) == (dense, weight)
+    assert ranking.semantic_evidence(cosines, 0.5) == (dense, weight)
 
 
 def test_knowledge_search_ranks_with_the_same_functions_as_memory_search():
     assert vars(knowledge_selectors)["minmax"] is ranking.minmax
     assert vars(knowledge_selectors)["semantic_evidence"] is ranking.semantic_evidence
     assert vars(knowledge_selectors)["hybrid"] is ranking.hybrid
+
+
+NOW = datetime(2026, 11, 26, tzinfo=UTC)
+
+
+def candidate(
+    id_, *, cosine, keyword, age_days=0, importance=0.5, mentions_time=False, source=None
+):
+    return ranking.Candidate(
+        source=source or ranking.AGENT_MEMORY,
+        id=id_,
+        content="",
+        cosine=cosine,
+        keyword=keyword,
+        moment=NOW - timedelta(days=age_days),
+        importance=importance,
+        content_hash=str(id_),
+        details={},
+        mentions_time=mentions_time,
+    )
+
+
+def filler_case():
+    """The vendor-contract query (issue 22): the relevant workflow step shares its words but
+    is three months old; the filler memory shares none, sits a little over the threshold, is new
+    and important; two old memories share a common word."""
+    relevant = candidate(1, cosine=0.45, keyword=2.0, age_days=90, source=ranking.WORKFLOW_STEPS)
+    filler = candidate(3, cosine=0.30, keyword=0.0, age_days=0, importance=0.9)
+    weak = [candidate(i, cosine=0.1, keyword=0.5, age_days=300) for i in (4, 5)]
+    return [relevant, filler, *weak]
+
+
+@pytest.mark.parametrize(("gate", "first"), [(False, 3), (True, 1)])
+def test_relevance_gates_recency_and_importance(gate, first):
+    candidates = filler_case()
+    knobs = ranking.RankingKnobs(relevance_gate=gate)
+    ranking.fuse(candidates, knobs, QueryTime())
+    hits = ranking.ranked(
+        candidates, weights=ranking.SearchWeights(), threshold=0.2, now=NOW, knobs=knobs
+    )
+    assert hits[0].id == first
+    filler = next(hit for hit in hits if hit.id == 3)
+    # Gated, what the filler gets for being new and important is scaled by its relevance.
+    expected = 0.2 * 1.0 * (filler.breakdown["similarity"] if gate else 1.0)
+    assert filler.contributions["recency"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_with_relevance_only_weights_the_gate_changes_nothing():
+    orders = []
+    for gate in (False, True):
+        candidates = filler_case()
+        knobs = ranking.RankingKnobs(relevance_gate=gate)
+        ranking.fuse(candidates, knobs, QueryTime())
+        hits = ranking.ranked(
+            candidates,
+            weights=ranking.SearchWeights(1.0, 0.0, 0.0, 0.0),
+            threshold=0.2,
+            now=NOW,
+            knobs=knobs,
+        )
+        orders.append([(hit.id, hit.score) for hit in hits])
+    assert orders[0] == orders[1]
+
+
+def test_a_question_asking_when_lifts_the_memory_that_names_a_time():
+    plain = candidate(1, cosine=0.60, keyword=2.0)
+    dated = candidate(2, cosine=0.58, keyword=2.0, mentions_time=True)
+    unrelated = candidate(3, cosine=0.10, keyword=0.0)
+    knobs = ranking.RankingKnobs(time_boost=0.2)
+    ranking.fuse([plain, dated, unrelated], knobs, QueryTime(asks_when=True))
+    assert dated.relevance > plain.relevance
+    ranking.fuse([plain, dated, unrelated], knobs, QueryTime(asks_when=False))
+    assert dated.relevance < plain.relevance
+
+
+def test_a_named_period_lifts_the_memories_that_occurred_in_it():
+    inside = candidate(1, cosine=0.50, keyword=1.0, age_days=10)
+    outside = candidate(2, cosine=0.52, keyword=1.0, age_days=100)
+    unrelated = candidate(3, cosine=0.10, keyword=0.0)
+    when = QueryTime(periods=(Period(NOW - timedelta(days=30), NOW),))
+    ranking.fuse([inside, outside, unrelated], ranking.RankingKnobs(period_boost=0.2), when)
+    assert inside.relevance > outside.relevance
+    assert 0.0 <= outside.relevance <= inside.relevance <= 1.0
+
+
+def test_feedback_lifts_what_resembles_the_first_rankings_best():
+    best = candidate(1, cosine=0.70, keyword=2.0)
+    alike = candidate(2, cosine=0.40, keyword=0.0)
+    unlike = candidate(3, cosine=0.45, keyword=0.0)
+    low = candidate(4, cosine=0.10, keyword=0.0)
+    pool = [best, alike, unlike, low]
+    asked = []
+
+    def feedback(top, ids):
+        asked.append((top, sorted(ids)))
+        return {1: 1.0, 2: 0.9, 3: 0.1, 4: 0.0}
+
+    ranking.fuse_with_feedback(pool, ranking.RankingKnobs(), QueryTime(), feedback)
+    # Off by default: nothing asked, nothing moved.
+    assert unlike.relevance > alike.relevance
+    assert asked == []
+    knobs = ranking.RankingKnobs(feedback_weight=1.0, feedback_docs=1)
+    ranking.fuse_with_feedback(pool, knobs, QueryTime(), feedback)
+    assert asked == [([1], [1, 2, 3, 4])]
+    assert alike.relevance > unlike.relevance

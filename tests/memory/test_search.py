@@ -547,3 +547,84 @@ def test_its_own_agent_finds_its_private_reflection(private_reflection, agent):
     assert private_reflection.seq in {
         h.id for h in hits if h.details.get("kind") == "agent.reflected"
     }
+
+
+def test_a_question_asking_when_marks_the_memories_that_name_a_time(agent):
+    from memory.search.legs import memory_candidates
+    from memory.search.temporal import query_time
+
+    dated, plain = store(
+        agent,
+        "Caroline went to the LGBTQ support group yesterday.",
+        "Caroline found the LGBTQ support group powerful.",
+    )
+    query = "When did Caroline go to the LGBTQ support group?"
+    now = timezone.now()
+    marks = {
+        c.id: c.mentions_time
+        for c in memory_candidates(
+            agent=agent,
+            query=query,
+            vector=None,
+            filters=SearchFilters(),
+            now=now,
+            when=query_time(query, now),
+        )
+    }
+    assert marks == {dated.pk: True, plain.pk: False}
+    # A question that does not ask when marks nothing (and the SQL skips the pattern).
+    other = "What did Caroline think of the LGBTQ support group?"
+    assert not any(
+        c.mentions_time
+        for c in memory_candidates(
+            agent=agent,
+            query=other,
+            vector=None,
+            filters=SearchFilters(),
+            now=now,
+            when=query_time(other, now),
+        )
+    )
+
+
+def test_the_time_boost_ranks_the_dated_memory_first_for_a_when_question(agent, settings):
+    dated, plain = store(
+        agent,
+        "We ran the charity race last Sunday, it was for mental health.",
+        "The charity race for mental health was great, we ran it together.",
+    )
+    query = "When did they run the charity race for mental health?"
+    settings.SEARCH_TIME_BOOST = 0.5
+    hits = memories_search(agent=agent, query=query, record_retrieval=False).hits
+    assert [h.id for h in hits][:2] == [dated.pk, plain.pk]
+
+
+def test_feedback_is_each_candidates_mean_cosine_to_the_best_memories(agent, tenant, make_agent):
+    from memory.search.legs import memory_feedback
+
+    def axis(*weights):
+        vector = [0.0] * 384
+        for i, w in enumerate(weights):
+            vector[i] = w
+        return vector
+
+    a, b, c = memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(content="alpha", embedding=axis(1.0)),
+            MemoryDraft(content="beta", embedding=axis(0.0, 1.0)),
+            MemoryDraft(content="gamma", embedding=axis(1.0, 1.0)),
+        ],
+        actor="system",
+    )
+    stranger = make_agent(tenant, name="Stranger")
+    (foreign,) = memories_store(
+        agent=stranger, drafts=[MemoryDraft(content="x", embedding=axis(1.0))], actor="system"
+    )
+    similar = memory_feedback(agent)([a.pk, b.pk], [a.pk, b.pk, c.pk, foreign.pk])
+    assert similar.keys() == {a.pk, b.pk, c.pk}  # another agent's memory is never read
+    assert similar[a.pk] == pytest.approx(0.5)
+    assert similar[b.pk] == pytest.approx(0.5)
+    assert similar[c.pk] == pytest.approx(math.sqrt(0.5))
+    # Another agent's memory is no feedback either.
+    assert memory_feedback(agent)([foreign.pk], [a.pk]) == {}
