@@ -57,7 +57,9 @@ def memory_stored_event(
 ) -> Event | None:
     """The event that stored a memory of the tenant, deleted or not; with ``agent``, only one
     of that agent's memories (an agent-scoped key reads its own agent's history only)."""
-    stored = Event.objects.filter(tenant=tenant, kind="memory.stored", payload__memory_id=memory_id)
+    stored = Event.objects.filter(
+        tenant=tenant, kind="memory.stored", payload__has_key="memory_id"
+    ).filter(payload__memory_id=memory_id)
     if agent is not None:
         stored = stored.filter(payload__agent_id=agent.pk)
     return stored.first()
@@ -68,7 +70,8 @@ def memory_events(*, stored: Event) -> QuerySet[Event]:
     paginate; ``memory_history`` turns a page of it into entries)."""
     memory_id = int(stored.payload["memory_id"])
     return Event.objects.filter(tenant_id=stored.tenant_id, seq__gte=stored.seq).filter(
-        Q(kind__in=HISTORY_KINDS, payload__memory_id=memory_id)
+        # payload ? 'memory_id' is the condition of the index ledger_event_memory_history.
+        Q(kind__in=HISTORY_KINDS, payload__has_key="memory_id", payload__memory_id=memory_id)
         | Q(kind__in=BATCH_HISTORY_KINDS, payload__memory_ids__contains=[memory_id])
     )
 
