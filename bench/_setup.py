@@ -99,13 +99,19 @@ def json_option_add(parser: argparse.ArgumentParser) -> None:
 def bench_summary(*, as_json: bool, name: str) -> Iterator[dict[str, Any]]:
     """The run of a benchmark: a dict its phases fill with their figures. With ``--json`` the
     lines for people go to stderr meanwhile, and the dict leaves as one JSON document on stdout
-    at the end, so a pipe gets figures and nothing else; without it the output is as it was."""
+    at the end (after a failure too, with what was measured), so a pipe gets figures and
+    nothing else; without it the output is as it was."""
     summary: dict[str, Any] = {"benchmark": name}
     if not as_json:
         yield summary
         return
     stdout = sys.stdout
-    with contextlib.redirect_stdout(sys.stderr):
-        yield summary
-    stdout.write(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
-    stdout.flush()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield summary
+    except SystemExit as exit_:  # a failed check still leaves its figures
+        summary["exit_code"] = exit_.code
+        raise
+    finally:
+        stdout.write(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+        stdout.flush()
