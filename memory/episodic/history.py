@@ -104,7 +104,10 @@ def _next_state(
     """The memory's values after ``event`` and the fields it touched."""
     payload = event.payload
     if event.kind == "memory.stored":
-        stored = {"archived_at": None, **_clear_values(payload)}
+        # An imported memory may arrive archived (services.memories_import records it).
+        imported = payload.get("imported")
+        archived = imported.get("archived_at") if isinstance(imported, dict) else None
+        stored = {"archived_at": _value("archived_at", archived), **_clear_values(payload)}
         stored.update(_sealed_values(payload.get("sealed"), key))
         return stored, [name for name in TRACKED_FIELDS if name in stored]
     if event.kind in ENDING_KINDS:

@@ -229,3 +229,37 @@ def test_the_reason_does_not_disturb_a_rebuild(tenant, client):
     assert projection_rebuild(projection=projection, tenant=tenant) is False
     restored = Memory.objects.get(pk=memory["id"])
     assert (restored.content, restored.importance) == ("Invoices go out in GBP.", 0.5)
+
+
+def test_an_imported_archived_memory_starts_archived(creator, client):
+    from datetime import UTC, datetime
+
+    from memory.episodic.services import MemoryRecord, memories_import
+
+    when = datetime(2025, 3, 1, tzinfo=UTC)
+    (imported,) = memories_import(
+        agent=creator,
+        records=[
+            MemoryRecord(
+                content="An old fact.",
+                role="user",
+                session_id="",
+                memory_type="fact",
+                importance=0.4,
+                metadata={},
+                tags=[],
+                occurred_at=when,
+                created_at=when,
+                updated_at=when,
+                expires_at=None,
+                last_retrieved_at=None,
+                retrieval_count=0,
+                archived_at=when,
+            )
+        ],
+        actor="human:alice",
+    )
+
+    (stored,) = _history(client, imported.pk)
+    assert stored["after"]["archived_at"] == "2025-03-01T00:00:00Z"
+    assert stored["after"]["content"] == "An old fact."
