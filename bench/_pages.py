@@ -149,3 +149,18 @@ def pages_report(timings: list[PageTiming], *, load_before: str) -> None:
         f" loop and {BASELINE_SQL!r}); load average before {load_before},"
         f" after {load_average()} on {os.cpu_count()} cores"
     )
+
+
+def pages_figures(timings: list[PageTiming]) -> dict[str, Any]:
+    """The per-page figures for a benchmark's ``--json`` summary."""
+    return {
+        timing.name: {
+            "p50_ms": timing.p50,
+            "p95_ms": timing.p95,
+            "cpu_p95_ms": timing.cpu_p95,
+            "p95_over_baseline": timing.ratio,
+            "met": timing.met,
+            "queries": len(timing.queries),
+        }
+        for timing in timings
+    } | {"target_p95_ms": TARGET_P95_MS}

@@ -33,8 +33,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _pages import load_average, page_time, pages_report
-from _setup import ROOT, django_setup
+from _pages import load_average, page_time, pages_figures, pages_report
+from _setup import ROOT, bench_print, bench_summary, django_setup, json_option_add
 from pages_bench import EVENTS_SQL
 
 WARM_UP = 5
@@ -45,7 +45,7 @@ PEOPLE = ["ana", "bo", "cy", "dee", "eli"]
 
 
 def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+    bench_print(f"[{time.strftime('%H:%M:%S')}] {text}")
 
 
 def load(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
@@ -237,8 +237,14 @@ def main() -> None:
     parser.add_argument("--only", help="only the pages whose name contains this")
     parser.add_argument("--keep", action="store_true", help="keep var/bench-dashboards")
     parser.add_argument("--profile", help="print a cProfile of one request of this path")
+    json_option_add(parser)
     args = parser.parse_args()
+    with bench_summary(as_json=args.json, name="dashboards_bench") as summary:
+        dashboards_measure(args, summary)
 
+
+def dashboards_measure(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+    """Load (trust_bench's COPY, with its bars), then time each page; figures into summary."""
     data_dir = ROOT / "var" / "bench-dashboards"
     # The test client's host, and the pages' static files as production serves them (manifest).
     os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
@@ -285,6 +291,7 @@ def main() -> None:
             sql_ms, sql = max(timings[-1].queries)
             print(f"      slowest SQL {sql_ms:.1f} ms: {' '.join(sql.split())[:150]}")
         pages_report(timings, load_before=load_before)
+        summary.update(pages_figures(timings))
         print(
             f"data: {args.agents} agents, {args.dissents:,} dissents, {args.overrides:,} overrides"
             f" ({args.waiting} waiting), {args.agents * args.changes:,} trust changes,"

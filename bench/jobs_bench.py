@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from _setup import ROOT, django_setup
+from _setup import ROOT, bench_print, bench_summary, django_setup, json_option_add, load_bar
 
 TARGET_SECONDS = 10.0
 TARGET_RSS_MB = 300.0
@@ -36,7 +36,7 @@ TASKS = {
 
 
 def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+    bench_print(f"[{time.strftime('%H:%M:%S')}] {text}")
 
 
 def load(job: str, *, memories: int, agents: int, share: float) -> int:
@@ -157,11 +157,19 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.2, help="share of rows due")
     parser.add_argument("--jobs", default=",".join(TASKS))
     parser.add_argument("--run-job", help=argparse.SUPPRESS)
+    json_option_add(parser)
     args = parser.parse_args()
     os.environ.setdefault("AGENT_MEMORY_DATA_DIR", str(ROOT / "var" / "bench-jobs"))
     if args.run_job:
         run_job_here(args.run_job)
         return
+    with bench_summary(as_json=args.json, name="jobs_bench") as summary:
+        failed = jobs_measure(args, summary)
+    sys.exit(1 if failed else 0)
+
+
+def jobs_measure(args: argparse.Namespace, summary: dict[str, Any]) -> bool:
+    """Each job: load, then two runs in fresh processes. Returns whether a target was missed."""
     django_setup()
     from django.conf import settings
 
@@ -172,12 +180,19 @@ def main() -> None:
     per_agent = args.memories // args.agents
     quota = quota_for(per_agent, args.share)
     failed = False
-    for job in args.jobs.split(","):
+    jobs = args.jobs.split(",")
+    # A load is one INSERT ... SELECT: the bar counts the steps (a load, two runs per job).
+    bar = load_bar(total=3 * len(jobs), description="jobs", unit="step")
+    for job in jobs:
         started = time.perf_counter()
         due = load(job, memories=args.memories, agents=args.agents, share=args.share)
-        say(f"{job}: loaded in {time.perf_counter() - started:.1f} s, {due:,} rows due")
+        bar.update(1)
+        loaded = time.perf_counter() - started
+        say(f"{job}: loaded in {loaded:.1f} s, {due:,} rows due")
+        summary[job] = {"memories": args.memories, "load_seconds": loaded, "due": due}
         for attempt in ("first run", "second run"):
             result = run_child(job, quota)
+            bar.update(1)
             ok = result["seconds"] <= TARGET_SECONDS and result["peak_rss_mb"] <= TARGET_RSS_MB
             failed |= not ok
             say(
@@ -187,7 +202,9 @@ def main() -> None:
                 f"(targets {TARGET_SECONDS:.0f} s, {TARGET_RSS_MB:.0f} MB: "
                 f"{'met' if ok else 'NOT met'})"
             )
-    sys.exit(1 if failed else 0)
+            summary[job][attempt.replace(" ", "_")] = {**result, "targets_met": ok}
+    bar.close()
+    return failed
 
 
 if __name__ == "__main__":

@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import time
 import uuid
+from typing import Any
 
-from _setup import describe, django_setup
+from _setup import (
+    bench_summary,
+    describe,
+    django_setup,
+    json_option_add,
+    load_bar,
+    percentile,
+)
 
 
-def bench_append(batches: int, batch_size: int) -> None:
+def bench_append(batches: int, batch_size: int, summary: dict[str, Any]) -> None:
     from ledger.services import EventDraft, events_append, tenant_create
 
     tenant = tenant_create(name="bench append", slug=f"bench-append-{uuid.uuid4().hex[:8]}")
@@ -38,6 +47,7 @@ def bench_append(batches: int, batch_size: int) -> None:
         events_append(tenant=tenant, drafts=drafts)
         timings.append(time.perf_counter() - started)
     rates = sorted(batch_size / t for t in timings)
+    summary["append_events_per_s"] = {"median": statistics.median(rates), "target": 5000}
     print(
         f"append: {batches} batches of {batch_size}: median {rates[len(rates) // 2]:,.0f} events/s "
         f"(min {rates[0]:,.0f}, max {rates[-1]:,.0f}); target >= 5,000"
@@ -50,6 +60,7 @@ def _fill_chain(total: int) -> object:
     tenant = tenant_create(name="bench verify", slug=f"bench-verify-{uuid.uuid4().hex[:8]}")
     batch = 5000
     started = time.perf_counter()
+    bar = load_bar(total=total - 1, description="chain", unit="event")
     for offset in range(1, total, batch):
         count = min(batch, total - offset)
         events_append(
@@ -65,11 +76,13 @@ def _fill_chain(total: int) -> object:
                 for i in range(count)
             ],
         )
+        bar.update(count)
+    bar.close()
     print(f"verify: built a {total:,}-event chain in {time.perf_counter() - started:.1f} s")
     return tenant
 
 
-def bench_verify(total: int) -> None:
+def bench_verify(total: int, summary: dict[str, Any]) -> None:
     from ledger.selectors import event_chain_verify
 
     tenant = _fill_chain(total)
@@ -78,6 +91,13 @@ def bench_verify(total: int) -> None:
     report = event_chain_verify(tenant=tenant)  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    summary["verify"] = {
+        "events": report.events_checked,
+        "seconds": elapsed,
+        "ok": report.ok,
+        "peak_rss_growth_mib": (rss_after - rss_before) / 1024,
+        "target_seconds": 20,
+    }
     print(
         f"verify: {report.events_checked:,} events in {elapsed:.1f} s "
         f"({report.events_checked / elapsed:,.0f} events/s), ok={report.ok}; "
@@ -85,7 +105,7 @@ def bench_verify(total: int) -> None:
     )
 
 
-def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
+def bench_salience(run_events: int, queries: int, *, index: bool, summary: dict[str, Any]) -> None:
     from django.db import connection
 
     from ledger.models import Event
@@ -110,6 +130,7 @@ def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
         "candle",
         "map",
     ]
+    bar = load_bar(total=run_events, description="run", unit="event")
     for offset in range(0, run_events, 1000):
         events_append(
             tenant=tenant,
@@ -127,6 +148,8 @@ def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
                 for i in range(min(1000, run_events - offset))
             ],
         )
+        bar.update(min(1000, run_events - offset))
+    bar.close()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE ledger_event")  # as autovacuum would after a bulk load
     if index:
@@ -143,6 +166,14 @@ def bench_salience(run_events: int, queries: int, *, index: bool) -> None:
         result = recall_salience(agent=agent, run_id="run_long", query=query)
         if number >= 5:  # the first few warm caches and the embedder
             timings.append((time.perf_counter() - started) * 1000)
+    summary["salience_recall_ms"] = {
+        "events": run_events,
+        "semantic": result.semantic,
+        "indexed": index,
+        "p50": statistics.median(timings),
+        "p95": percentile(timings, 0.95),
+        "target_p95": 30,
+    }
     print(
         f"salience recall over a {run_events:,}-event run (semantic={result.semantic}, "
         f"indexed={index}): "
@@ -171,14 +202,18 @@ def main() -> None:
     parser.add_argument(
         "--no-index", action="store_true", help="recall without embedding the run's events first"
     )
+    json_option_add(parser)
     args = parser.parse_args()
-    django_setup()
-    if not args.skip_append:
-        bench_append(args.append_batches, 1000)
-    if not args.skip_recall:
-        bench_salience(args.recall_events, args.recall_queries, index=not args.no_index)
-    if not args.skip_verify:
-        bench_verify(args.verify_events)
+    with bench_summary(as_json=args.json, name="ledger_bench") as summary:
+        django_setup()
+        if not args.skip_append:
+            bench_append(args.append_batches, 1000, summary)
+        if not args.skip_recall:
+            bench_salience(
+                args.recall_events, args.recall_queries, index=not args.no_index, summary=summary
+            )
+        if not args.skip_verify:
+            bench_verify(args.verify_events, summary)
 
 
 if __name__ == "__main__":

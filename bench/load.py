@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _service import Stack, _stop_process, service_stack
-from _setup import ROOT, percentile
+from _setup import ROOT, bench_summary, json_option_add, load_bar, percentile
 
 P99_TARGET_MS = 250
 OPERATIONS = (("search", 0.70), ("store", 0.20), ("dissent", 0.05), ("override", 0.05))
@@ -368,12 +368,15 @@ def seed(stack: Stack, *, agents: int, memories_per_agent: int) -> tuple[Any, st
     assert status == 201, body
     names = [f"LoadAgent{number:02d}" for number in range(agents)]
     rng = random.Random(7)
+    bar = load_bar(total=agents * memories_per_agent, description="seed", unit="memory")
     for name in names:
         status, body, _ = api.post("/api/v1/agents/", {"name": name})
         assert status == 201, body
         batch = [{"content": sentence(rng)} for _ in range(memories_per_agent)]
         status, body, _ = api.post("/api/v1/memories/batch/", {"agent": name, "memories": batch})
         assert status == 201, body
+        bar.update(memories_per_agent)
+    bar.close()
     api.close()
     return tenant, key, names
 
@@ -435,8 +438,13 @@ def main() -> None:
         "--profile-requests", type=int, default=100,
         help="requests of each op for the CPU-by-layer table at the end (0: none)",
     )  # fmt: skip
+    json_option_add(parser)
     args = parser.parse_args()
+    with bench_summary(as_json=args.json, name="load") as summary:
+        load_measure(args, summary)
 
+
+def load_measure(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     # The limiter stays in the request path; the harness's one key must not trip it.
     os.environ["API_RATE_LIMIT"] = "100000000"
     print(f"load average before start: {os.getloadavg()}")
@@ -467,6 +475,8 @@ def main() -> None:
                         "after it was back"
                     )
         acknowledged, lost, duplicated = verify_writes(tallies, tenant)
+        summary["levels"] = {f"{threads} clients": row for threads, row in rows}
+        summary["writes"] = {"acknowledged": acknowledged, "lost": lost, "duplicated": duplicated}
         print(
             f"\nwrites acknowledged {acknowledged}, lost {lost}, duplicated {duplicated}; "
             f"ledger chain: {verify_chain()}"

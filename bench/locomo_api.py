@@ -50,7 +50,7 @@ from _locomo import (
     ranking_metrics,
 )
 from _service import ApiClient, service_stack
-from _setup import ROOT, percentile
+from _setup import ROOT, bench_summary, json_option_add, load_bar, percentile
 
 # Measured on this file by others (data README, docs/retrieval-research.md): printed for context.
 BASELINES_R10 = (
@@ -337,8 +337,13 @@ def main() -> None:
         help="memories/s stored during a third search pass (0: no such pass)",
     )
     parser.add_argument("--mixed-batch", type=int, default=10, help="memories per ingest request")
+    json_option_add(parser)
     args = parser.parse_args()
+    with bench_summary(as_json=args.json, name="locomo_api") as summary:
+        locomo_measure(args, summary)
 
+
+def locomo_measure(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     convs, evidence = load_locomo(args.data)
     if args.conversations:
         wanted = set(args.conversations.split(","))
@@ -358,12 +363,16 @@ def main() -> None:
         api = stack.client(stack.admin_key(slug="bench-locomo"))
         agents: dict[str, Agent] = {}
         stored, seconds = 0, 0.0
+        bar = load_bar(total=sum(len(c.turns) for c in convs), description="store", unit="turn")
         for conv in convs:
             agents[conv.sample_id], took = load_conversation(
                 api, conv, args.batch, speaker=not args.no_speaker
             )
             stored += len(conv.turns)
             seconds += took
+            bar.update(len(conv.turns))
+        bar.close()
+        summary["stored"] = {"memories": stored, "seconds": seconds}
         print(
             f"stored {stored} memories through POST /api/v1/memories/batch/ in {seconds:.1f} s "
             f"({stored / seconds:.0f} memories/s, embedding included)"
@@ -380,6 +389,7 @@ def main() -> None:
     print("\nR@10 side by side:")
     for result in results:
         print(f"  service, {result.name:38} {result.overall.mean('r10'):.3f}")
+        summary[result.name] = {key: result.overall.mean(key) for key in METRICS}
     for label, value in BASELINES_R10:
         print(f"  baseline, {label:37} {value:.3f}")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -38,7 +38,7 @@ from typing import Any
 
 from _locomo import DEFAULT_DATA, load_locomo
 from _service import service_stack
-from _setup import ROOT, percentile
+from _setup import ROOT, bench_summary, json_option_add, load_bar, percentile
 
 TARGET_RATIO = 0.80
 
@@ -107,7 +107,13 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=ROOT / "var" / "bench-memory-ingest")
     parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
     parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
+    json_option_add(parser)
     args = parser.parse_args()
+    with bench_summary(as_json=args.json, name="memory_ingest") as summary:
+        ingest(args, summary)
+
+
+def ingest(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     size = args.batch_size
     items = locomo_items(args.data, (args.batches + 1) * size)  # +1: the warm-up batch
     print(
@@ -150,6 +156,7 @@ def main() -> None:
         ratios: dict[str, list[float]] = defaultdict(list)
         stages: dict[str, float] = defaultdict(float)
         store_seconds = 0.0
+        bar = load_bar(total=(args.batches + 1) * size, description="store", unit="memory")
         for number in range(args.batches + 1):
             batch = items[number * size : (number + 1) * size]
             texts = embedded_texts(batch)
@@ -177,6 +184,7 @@ def main() -> None:
             )
             if status != 201:
                 raise SystemExit(f"batch {number}: HTTP {status}: {body}")
+            bar.update(size)
             if number == 0:
                 continue  # warm-up: model loads, first connections, caches
             store_seconds += local
@@ -186,9 +194,15 @@ def main() -> None:
             rates["store, HTTP"].append(size / (http_ms / 1000))
             ratios["store, in-process"].append(raw / local)
             ratios["store, HTTP"].append(raw / (http_ms / 1000))
+        bar.close()
         api.close()
 
     print(f"\nthroughput, memories/s per batch of {size} (over {args.batches} batches):")
+    summary["memories_per_s"] = {name: statistics.median(v) for name, v in rates.items()}
+    summary["store_over_raw"] = {name: statistics.median(v) for name, v in ratios.items()}
+    summary["target_ratio"] = TARGET_RATIO
+    summary["stage_seconds"] = dict(stages)
+    summary["batches"], summary["batch_size"] = args.batches, size
     for name, values in rates.items():
         print(
             f"  {name:18} median {statistics.median(values):7.1f}  "

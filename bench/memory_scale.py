@@ -49,7 +49,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 from _service import ApiClient, Stack, service_stack
-from _setup import ROOT, percentile
+from _setup import ROOT, bench_print, bench_summary, json_option_add, load_bar, percentile
 
 Array: TypeAlias = "np.ndarray[Any, Any]"
 
@@ -129,7 +129,7 @@ def hnsw_scan_configure(cursor: Any, *, ef_search: int, order: str = "strict_ord
 
 
 def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+    bench_print(f"[{time.strftime('%H:%M:%S')}] {text}")
 
 
 def load_average() -> str:
@@ -245,7 +245,7 @@ def check_copy_columns(conn: Any) -> None:
 
 
 def copy_rows(
-    conn: Any, synthetic: Synthetic, tenant_id: int, agent: AgentRows, model: str
+    conn: Any, synthetic: Synthetic, tenant_id: int, agent: AgentRows, model: str, bar: Any
 ) -> float:
     """COPY the agent's memories in chunks; returns the seconds spent in COPY itself."""
     from memory.episodic import policies
@@ -298,6 +298,7 @@ def copy_rows(
                 copy.write_row(row)
         copy_seconds += time.perf_counter() - started
         written += n
+        bar.update(n)
     return copy_seconds
 
 
@@ -359,9 +360,11 @@ def keyword_documents_service(agent: AgentRows, rows: int) -> tuple[int, float]:
         Memory.objects.filter(agent_id=agent.id).order_by("id").values_list("id", flat=True)[:rows]
     )
     started = time.perf_counter()
-    for offset in range(0, len(ids), SERVICE_REFRESH_BATCH):
-        with transaction.atomic():
-            search_documents_refresh(ids[offset : offset + SERVICE_REFRESH_BATCH])
+    with load_bar(total=len(ids), description="keyword documents (service)") as bar:
+        for offset in range(0, len(ids), SERVICE_REFRESH_BATCH):
+            with transaction.atomic():
+                search_documents_refresh(ids[offset : offset + SERVICE_REFRESH_BATCH])
+            bar.update(len(ids[offset : offset + SERVICE_REFRESH_BATCH]))
     return len(ids), time.perf_counter() - started
 
 
@@ -373,6 +376,7 @@ def keyword_documents_set_based(conn: Any, agents: Sequence[AgentRows]) -> float
     """
     started = time.perf_counter()
     conn.execute("ALTER TABLE memory_memory DISABLE TRIGGER memory_search_stats_update")
+    bar = load_bar(total=sum(a.count for a in agents), description="keyword documents (set)")
     try:
         for agent in agents:
             sessions = math.ceil(agent.count / SESSION_LENGTH)
@@ -386,7 +390,9 @@ def keyword_documents_set_based(conn: Any, agents: Sequence[AgentRows]) -> float
                         "high": f"{agent.prefix}{high:07d}",
                     },
                 )
+                bar.update(min(high * SESSION_LENGTH, agent.count) - low * SESSION_LENGTH)
     finally:
+        bar.close()
         conn.execute("ALTER TABLE memory_memory ENABLE TRIGGER memory_search_stats_update")
     with conn.transaction():
         for statement in STATS_REBUILD_SQL:
@@ -840,19 +846,23 @@ def main() -> None:
         action="store_true",
         help="measure the data an earlier --keep run left in --data-dir, if its sizes match",
     )
+    json_option_add(parser)
     args = parser.parse_args()  # fmt: skip
 
-    say(
-        f"{args.memories:,} memories of one agent + {args.agents} agents x {args.per_agent:,}; "
-        f"load average {load_average()}; cpus {os.cpu_count()}"
-    )
-    with service_stack(args.data_dir, workers=1, keep=args.keep or args.reuse) as stack:
-        run(stack, args)
-    say(f"done; load average {load_average()}")
+    with bench_summary(as_json=args.json, name="memory_scale") as summary:
+        say(
+            f"{args.memories:,} memories of one agent + {args.agents} agents x "
+            f"{args.per_agent:,}; load average {load_average()}; cpus {os.cpu_count()}"
+        )
+        summary["load_average_before"] = load_average()
+        with service_stack(args.data_dir, workers=1, keep=args.keep or args.reuse) as stack:
+            run(stack, args, summary)
+        say(f"done; load average {load_average()}")
+        summary["load_average_after"] = load_average()
 
 
 def load_dataset(
-    conn: Any, args: argparse.Namespace, tenant: Any, synthetic: Synthetic
+    conn: Any, args: argparse.Namespace, tenant: Any, synthetic: Synthetic, summary: dict[str, Any]
 ) -> list[AgentRows]:
     """Agents, memories (COPY), keyword documents and the HNSW index, each step timed."""
     from ledger.services import agent_create
@@ -867,10 +877,13 @@ def load_dataset(
 
     conn.execute("DROP INDEX IF EXISTS memory_embedding_hnsw")
     model = embedder_name()
-    with step(f"COPY of {total:,} memories") as elapsed:
+    with (
+        step(f"COPY of {total:,} memories") as elapsed,
+        load_bar(total=total, description="COPY memories") as bar,
+    ):
         copy_seconds = 0.0
         for agent in agents:
-            copy_seconds += copy_rows(conn, synthetic, tenant.pk, agent, model)
+            copy_seconds += copy_rows(conn, synthetic, tenant.pk, agent, model, bar)
         load_seconds = elapsed()
     say(
         f"COPY: {total / copy_seconds:,.0f} rows/s in COPY alone ({copy_seconds:.1f} s); "
@@ -910,7 +923,18 @@ def load_dataset(
         f"{index_bytes / 2**20:,.0f} MiB"
     )
     conn.execute("ANALYZE")
-
+    summary["load"] = {
+        "memories": total,
+        "copy_rows_per_s": total / copy_seconds,
+        "load_seconds": load_seconds,
+        "service_keyword_rows_per_s": service_rate,
+        "set_based_keyword_seconds": seconds,
+        "set_based_documents_identical": [same, checked],
+        "hnsw_build_seconds": build_seconds,
+        "hnsw_mib": hnsw_bytes / 2**20,
+        "table_mib": table_bytes / 2**20,
+        "indexes_mib": index_bytes / 2**20,
+    }
     return agents
 
 
@@ -950,6 +974,7 @@ def report_recall(
     agents: Sequence[AgentRows],
     big_queries: Sequence[Query],
     small_queries: Sequence[Query],
+    summary: dict[str, Any],
 ) -> None:
     """recall@10 of each case against exact search, the plans chosen, and the index path's
     recall and latency at several hnsw.ef_search values."""
@@ -962,6 +987,14 @@ def report_recall(
     big_recall, nearest_big, big_exact = recall_of_selector(conn, big_queries, tenant_pk)
     small_recall, nearest_small, small_exact = recall_of_selector(conn, small_queries, tenant_pk)
     flag_recall = recall_of_dense_leg(conn, big_queries, flagged)
+    summary["recall_at_10"] = {
+        label: {"mean": statistics.mean(r.strict), "forgiving": statistics.mean(r.tolerant)}
+        for label, r in (
+            ("big agent", big_recall),
+            ("small agent", small_recall),
+            ("big agent + tag filter", flag_recall),
+        )
+    }
     big_share = agents[0].count / total
     from memory.search.plans import nearest_sql
 
@@ -1006,7 +1039,7 @@ def report_recall(
             print(f"    {setting:14} {result.line()}; {spread(latency)} ms")
 
 
-def run(stack: Stack, args: argparse.Namespace) -> None:
+def run(stack: Stack, args: argparse.Namespace, summary: dict[str, Any]) -> None:
     global WARM_EVERY_QUERY
     WARM_EVERY_QUERY = args.warm
     from memory.search.legs import SearchFilters
@@ -1032,7 +1065,7 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
         say(f"reusing the {sum(a.count for a in agents):,} memories already in {args.data_dir}")
     else:
         tenant, key = stack.tenant_with_admin_key(slug="bench-scale")
-        agents = load_dataset(conn, args, tenant, synthetic)
+        agents = load_dataset(conn, args, tenant, synthetic, summary)
     # Queries around the same topics, drawn the same whether or not the data was loaded now.
     synthetic.rng = np.random.default_rng(args.seed + 1)
     queries_rng_vectors, query_clusters = synthetic.vectors(args.queries * 2)
@@ -1054,7 +1087,7 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
     unfiltered = SearchFilters()
 
     if not args.skip_recall:
-        report_recall(conn, args, tenant.pk, agents, big_queries, small_queries)
+        report_recall(conn, args, tenant.pk, agents, big_queries, small_queries, summary)
 
     say(f"database part of a search, {args.queries} queries per case; load {load_average()}")
     cases = [
@@ -1066,6 +1099,11 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
     for label, queries, filters in cases:
         db[label] = time_candidates_sql(queries, filters)
         p95 = percentile(db[label], 0.95)
+        summary.setdefault("database_ms", {})[label] = {
+            "p50": statistics.median(db[label]),
+            "p95": p95,
+            "target_p95": TARGET_DB_P95_MS,
+        }
         print(
             f"  {label:24} {spread(db[label])} ms; target p95 <= {TARGET_DB_P95_MS:.0f} ms: "
             f"{verdict(p95 <= TARGET_DB_P95_MS)}"
@@ -1103,6 +1141,11 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
             client, server, candidates = time_api(api, queries, send_vector=send_vector)
             api_p50[label] = statistics.median(client)
             p95 = percentile(client, 0.95)
+            summary.setdefault("api_ms", {})[f"{kind}, {label}"] = {
+                "p50": api_p50[label],
+                "p95": p95,
+                "target_p95": TARGET_API_P95_MS,
+            }
             print(
                 f"  {kind}, {label:12} client {spread(client)} ms; server took_ms "
                 f"{spread(server)} ms; candidates median {statistics.median(candidates):.0f}; "

@@ -34,14 +34,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from _pages import load_average, page_time, pages_report
-from _setup import ROOT, django_setup
+from _pages import load_average, page_time, pages_figures, pages_report
+from _setup import ROOT, bench_print, bench_summary, django_setup, json_option_add, load_bar
 
 WARM_UP = 3
 
 
 def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+    bench_print(f"[{time.strftime('%H:%M:%S')}] {text}")
 
 
 EVENTS_SQL = """
@@ -77,6 +77,8 @@ def load(*, events: int, results: int) -> tuple[Any, Any]:
     from memory.content.projection import content_savings_days_rebuild
 
     tenants = []
+    # Each load is one INSERT ... SELECT: the bar counts them.
+    bar = load_bar(total=4, description="load", unit="insert")
     # A second tenant, a tenth the size, so every query has another tenant's rows to skip.
     for slug, size in (("pages-bench", events), ("pages-bench-other", events // 10)):
         tenant, created = Tenant.objects.get_or_create(slug=slug, defaults={"name": slug})
@@ -91,6 +93,7 @@ def load(*, events: int, results: int) -> tuple[Any, Any]:
                 EVENTS_SQL,
                 {"tenant": tenant.pk, "after": 0, "start": start, "step": step, "events": size},
             )
+        bar.update(1)
         say(f"{slug}: {size:,} events in {time.perf_counter() - started:.1f} s")
         for number in range(40):
             Agent.objects.get_or_create(tenant=tenant, name=f"agent-{number}")
@@ -102,7 +105,9 @@ def load(*, events: int, results: int) -> tuple[Any, Any]:
             )
         # What action_result_record keeps up one result at a time, summed at once.
         content_savings_days_rebuild(tenant=tenant)
+        bar.update(1)
         say(f"{slug}: {results:,} action results in {time.perf_counter() - started:.1f} s")
+    bar.close()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE ledger_event")
         cursor.execute("ANALYZE memory_contentitem")
@@ -123,7 +128,13 @@ def main() -> None:
         help="Keep var/bench-pages afterwards; the next run reuses its data (minutes to build)",
     )
     parser.add_argument("--only", help="Only the pages whose name contains this")
+    json_option_add(parser)
     args = parser.parse_args()
+    with bench_summary(as_json=args.json, name="pages_bench") as summary:
+        pages_measure(args, summary)
+
+
+def pages_measure(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     data_dir = Path(os.environ.get("AGENT_MEMORY_DATA_DIR", ROOT / "var" / "bench-pages"))
     django_setup(data_dir)
     from django.conf import settings
@@ -166,6 +177,7 @@ def main() -> None:
             )
             print(timings[-1].line(), flush=True)
         pages_report(timings, load_before=load_before)
+        summary.update(pages_figures(timings))
     finally:
         embedded.postgres_stop(settings.EMBEDDED)
         embedded_redis.redis_stop(settings.EMBEDDED)

@@ -45,7 +45,7 @@ from unittest import mock
 
 import numpy as np
 from _service import service_stack
-from _setup import ROOT, describe, percentile
+from _setup import ROOT, bench_summary, describe, json_option_add, load_bar, percentile
 from memory_scale import (
     Synthetic,
     load_average,
@@ -74,11 +74,13 @@ PEOPLE = ("ana", "bo", "cy", "dee", "eli")
 @dataclass
 class Summary:
     lines: list[str] = field(default_factory=list)
+    figures: list[dict[str, Any]] = field(default_factory=list)  # for --json
 
     def report(self, what: str, figure: str, target: str, met: bool | None) -> None:
         tail = "" if met is None else f"; target {target}: {verdict(met)}"
         line = f"{what}: {figure}{tail}"
         self.lines.append(line)
+        self.figures.append({"what": what, "figure": figure, "target": target, "met": met})
         print("  " + line, flush=True)
 
 
@@ -158,15 +160,17 @@ def copy_rows(conn: Any, table: Table, rows: Iterable[tuple[Any, ...]]) -> int:
     statement = f"COPY {table.name} ({columns}) FROM STDIN WITH (FORMAT BINARY)"
     written = 0
     iterator = iter(rows)
-    while True:
-        chunk = [row for _, row in zip(range(COPY_CHUNK), iterator, strict=False)]
-        if not chunk:
-            return written
-        with conn.transaction(), conn.cursor() as cursor, cursor.copy(statement) as copy:
-            copy.set_types([kind for _, kind in table.columns])
-            for row in chunk:
-                copy.write_row(row)
-        written += len(chunk)
+    with load_bar(total=None, description=f"COPY {table.name}") as bar:
+        while True:
+            chunk = [row for _, row in zip(range(COPY_CHUNK), iterator, strict=False)]
+            if not chunk:
+                return written
+            with conn.transaction(), conn.cursor() as cursor, cursor.copy(statement) as copy:
+                copy.set_types([kind for _, kind in table.columns])
+                for row in chunk:
+                    copy.write_row(row)
+            written += len(chunk)
+            bar.update(len(chunk))
 
 
 def ids_reserve(conn: Any, table: Table, count: int) -> int:
@@ -411,9 +415,11 @@ def events_load(tenant: Any, drafts: Iterable[Any]) -> tuple[int, float]:
     started = time.perf_counter()
     total = 0
     iterator = iter(drafts)
-    while batch := [d for _, d in zip(range(EVENT_BATCH), iterator, strict=False)]:
-        events_append(tenant=tenant, drafts=batch)
-        total += len(batch)
+    with load_bar(total=None, description="events", unit="event") as bar:
+        while batch := [d for _, d in zip(range(EVENT_BATCH), iterator, strict=False)]:
+            events_append(tenant=tenant, drafts=batch)
+            total += len(batch)
+            bar.update(len(batch))
     return total, time.perf_counter() - started
 
 
@@ -784,8 +790,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--data-dir", type=Path, default=ROOT / "var" / "bench-trust")
     parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
+    json_option_add(parser)
     args = parser.parse_args()  # fmt: skip
+    with bench_summary(as_json=args.json, name="trust_bench") as figures:
+        figures["figures"] = trust_benchmarks(args).figures
 
+
+def trust_benchmarks(args: argparse.Namespace) -> Summary:
     say(f"trust benchmarks; load average at start {load_average()}; cpus {os.cpu_count()}")
     summary = Summary()
     started = time.perf_counter()
@@ -808,6 +819,7 @@ def main() -> None:
     print("summary:")
     for line in summary.lines:
         print(f"  {line}")
+    return summary
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.selectors import agent_named
 from memory.consolidation.services import memories_supersede
+from memory.episodic.selectors import memory_events, memory_history, memory_stored_event
 from memory.episodic.serializers import (
     MemoryBatchSerializer,
     MemoryHistorySerializer,
@@ -39,7 +40,7 @@ from memory.episodic.serializers import (
     validity_from_query,
 )
 from memory.episodic.services import (
-    MEMORY_EVENT_KINDS,
+    MEMORY_REASON_MAX_CHARS,
     memories_store,
     memory_delete,
     memory_update,
@@ -50,6 +51,10 @@ from memory.search.api import MemorySearchActions
 
 class NewestFirstCursorPagination(CursorPagination):
     ordering = "-id"
+
+
+class LedgerOrderCursorPagination(CursorPagination):
+    ordering = "seq"
 
 
 class AgentActionViewSet(TenantScopedViewSet):
@@ -157,9 +162,22 @@ def metadata_filter(raw: str) -> dict[str, Any]:
         request=MemoryUpdateSerializer,
         responses=MemorySerializer,
     ),
-    destroy=extend_schema(summary="Delete a memory for good (its content is shredded)"),
+    destroy=extend_schema(
+        summary="Delete a memory for good (its content is shredded)",
+        parameters=[
+            OpenApiParameter(
+                "reason",
+                str,
+                description=f"Why, at most {MEMORY_REASON_MAX_CHARS} characters (kept in "
+                "the clear; the history shows it).",
+            )
+        ],
+    ),
     history=extend_schema(
-        summary="The ledger events of a memory", responses=MemoryHistorySerializer(many=True)
+        summary="A memory's changes with their values before and after, oldest first",
+        description="Every store, update, archiving, expiry and deletion of the memory, with who "
+        "made it and why; a deleted memory keeps its history, its content shredded.",
+        responses=MemoryHistorySerializer(many=True),
     ),
 )
 class MemoryViewSet(
@@ -198,8 +216,8 @@ class MemoryViewSet(
             queryset = queryset.filter(tags__contains=[params["tag"]])
         if "metadata" in params:
             queryset = queryset.filter(metadata__contains=metadata_filter(params["metadata"]))
-        if self.action in ("destroy", "history"):
-            return queryset  # an expired or archived memory can still be deleted or audited
+        if self.action == "destroy":
+            return queryset  # an expired or archived memory can still be deleted
         now = timezone.now()
         if self.action == "list":  # a superseded memory is still there to read by its id
             queryset = queryset.filter(validity_from_query(params).q(now=now))
@@ -242,10 +260,10 @@ class MemoryViewSet(
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         serializer = MemoryUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        changes = dict(serializer.validated_data)
+        reason = changes.pop("reason", "")
         memory = memory_update(
-            memory=self.get_object(),
-            actor=self.principal.actor,
-            changes=dict(serializer.validated_data),
+            memory=self.get_object(), actor=self.principal.actor, changes=changes, reason=reason
         )
         return Response(self.get_serializer(memory).data)
 
@@ -261,16 +279,30 @@ class MemoryViewSet(
         return Response(MemoryStoredSerializer(memory).data)
 
     def destroy(self, request: Request, pk: str | None = None) -> Response:
-        memory_delete(memory=self.get_object(), actor=self.principal.actor)
+        reason = request.query_params.get("reason", "")
+        if len(reason) > MEMORY_REASON_MAX_CHARS:
+            raise ApiError(
+                code="invalid_parameter",
+                message=f"reason holds at most {MEMORY_REASON_MAX_CHARS} characters.",
+                details={"parameter": "reason"},
+            )
+        memory_delete(memory=self.get_object(), actor=self.principal.actor, reason=reason)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    # The whole history in one answer (no cursor): pagination_class=None says so in the schema.
-    @action(detail=True, methods=["get"], pagination_class=None)
+    # Read from the ledger, not the row: a deleted memory keeps its history.
+    @action(detail=True, methods=["get"], pagination_class=LedgerOrderCursorPagination)
     def history(self, request: Request, pk: str | None = None) -> Response:
-        memory = self.get_object()
-        events = Event.objects.filter(
-            tenant=self.tenant,
-            kind__in=MEMORY_EVENT_KINDS,
-            payload__memory_id=memory.pk,
-        ).order_by("seq")
-        return Response(MemoryHistorySerializer(events, many=True).data)
+        # An id no memory can have (not a bigint) is "not found" like one that never existed.
+        stored = (
+            memory_stored_event(tenant=self.tenant, memory_id=int(pk), agent=self.principal.agent)
+            if pk is not None and pk.isascii() and pk.isdigit() and len(pk) <= 18
+            else None
+        )
+        # Paginated first: a tampered cursor or page size is a 400 before the lookup's 404.
+        page = self.paginate_queryset(
+            Event.objects.none() if stored is None else memory_events(stored=stored)
+        )
+        if stored is None:
+            raise NotFound()
+        entries = memory_history(stored=stored, page=page or [])
+        return self.get_paginated_response(MemoryHistorySerializer(entries, many=True).data)

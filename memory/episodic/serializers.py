@@ -11,7 +11,8 @@ from rest_framework import serializers
 
 from config.api import ApiError
 from memory.consolidation.services import SUPERSEDES_MAX, Consolidation
-from memory.episodic.services import MemoryDraft
+from memory.episodic.history import TRACKED_FIELDS
+from memory.episodic.services import MEMORY_REASON_MAX_CHARS, MemoryDraft
 from memory.episodic.validity import Validity
 from memory.models import Memory, MemoryRole
 
@@ -171,11 +172,52 @@ class MemorySupersedeSerializer(serializers.Serializer[Any]):
     )
 
 
+class MemoryHistoryValuesSerializer(serializers.Serializer[Any]):
+    """The values of the fields a change touched; content and metadata are null once shredded."""
+
+    content = serializers.CharField(required=False, allow_null=True)
+    metadata = serializers.DictField(required=False, allow_null=True)
+    memory_type = serializers.CharField(required=False)
+    importance = serializers.FloatField(required=False)
+    tags = serializers.ListField(child=serializers.CharField(), required=False)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    archived_at = serializers.DateTimeField(required=False, allow_null=True)
+    valid_from = serializers.DateTimeField(required=False, allow_null=True)
+    valid_until = serializers.DateTimeField(required=False, allow_null=True)
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        # Only the fields the change touched: an absent field is unchanged, a null one empty.
+        return {
+            name: None if instance[name] is None else self.fields[name].to_representation(value)
+            for name, value in instance.items()
+        }
+
+
 class MemoryHistorySerializer(serializers.Serializer[Any]):
     seq = serializers.IntegerField()
     kind = serializers.CharField()
-    actor = serializers.CharField()
     created_at = serializers.DateTimeField()
+    actor = serializers.CharField()
+    actor_kind = serializers.ChoiceField(
+        choices=["agent", "person", "api_key", "system"],
+        help_text="Who made the change: an agent, a person, a tenant-wide API key or a job.",
+    )
+    job = serializers.CharField(
+        allow_null=True, help_text='The system job that made it: "decay", "quota" or "ttl".'
+    )
+    reason = serializers.CharField(
+        allow_blank=True, help_text="The reason or note the write carried (kept in the clear)."
+    )
+    changed = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(TRACKED_FIELDS)),
+        help_text="The fields the change touched, as listed in before and after.",
+    )
+    before = MemoryHistoryValuesSerializer()
+    after = MemoryHistoryValuesSerializer()
+    content_shredded = serializers.BooleanField(
+        help_text="The memory was deleted or expired: its content key is destroyed, and its "
+        "content and metadata read as null in every entry."
+    )
 
 
 class MemoryUpdateSerializer(serializers.Serializer[Any]):
@@ -187,6 +229,12 @@ class MemoryUpdateSerializer(serializers.Serializer[Any]):
         child=serializers.CharField(max_length=100), required=False, max_length=50
     )
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    reason = serializers.CharField(
+        max_length=MEMORY_REASON_MAX_CHARS,
+        required=False,
+        allow_blank=True,
+        help_text="Why it changes: kept in the clear in the ledger and shown by the history.",
+    )
 
 
 def validity_chosen(*, as_of: datetime | None, include_superseded: bool) -> Validity:

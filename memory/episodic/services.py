@@ -424,8 +424,15 @@ MEMORY_EDITABLE_FIELDS = frozenset(
 )
 
 
-def memory_update(*, memory: Memory, actor: str, changes: dict[str, Any]) -> Memory:
-    """Change a memory; the ``memory.updated`` event carries the new values (content sealed)."""
+# A reason or note a write carries, kept in the clear in its event (it survives a deletion).
+MEMORY_REASON_MAX_CHARS = 500
+
+
+def memory_update(
+    *, memory: Memory, actor: str, changes: dict[str, Any], reason: str = ""
+) -> Memory:
+    """Change a memory; the ``memory.updated`` event carries the new values (content sealed),
+    which of the sealed fields changed, and the writer's ``reason``."""
     unknown = set(changes) - MEMORY_EDITABLE_FIELDS
     if unknown:
         raise ApiError(
@@ -455,7 +462,8 @@ def memory_update(*, memory: Memory, actor: str, changes: dict[str, Any]) -> Mem
         for name, value in changes.items()
         if name not in ("content", "metadata")
     }
-    if "content" in changes or "metadata" in changes:
+    sealed_fields = sorted({"content", "metadata"}.intersection(changes))
+    if sealed_fields:
         clear["sealed"] = seal(
             key=key,
             document={
@@ -467,13 +475,20 @@ def memory_update(*, memory: Memory, actor: str, changes: dict[str, Any]) -> Mem
     with transaction.atomic():
         tenant_write_lock(memory.tenant)
         memory.save()
-        if "content" in changes or "metadata" in changes:
+        if sealed_fields:
             search_documents_refresh_around([_session_position(memory)])
         event_append(
             tenant=memory.tenant,
             kind="memory.updated",
             actor=actor,
-            payload={"memory_id": memory.pk, "agent_id": memory.agent_id, "changes": clear},
+            payload={
+                "memory_id": memory.pk,
+                "agent_id": memory.agent_id,
+                "changes": clear,
+                # The history names what changed even once the sealed values are shredded.
+                "sealed_fields": sealed_fields,
+                "reason": reason,
+            },
         )
     return memory
 

@@ -27,12 +27,19 @@ def test_it_stores_reads_updates_and_deletes_memories(agent: Client):
     assert agent.memories_get(stored["id"])["content"].startswith("The deploy window")
     updated = agent.memories_update(stored["id"], importance=0.9, tags=["ops", "deploy"])
     assert updated["tags"] == ["ops", "deploy"]
-    kinds = [h["kind"] for h in agent.memories_history_list(stored["id"])]
-    assert kinds[:2] == ["memory.stored", "memory.updated"]
-    agent.memories_delete(stored["id"])
+    history = agent.memories_history_list(stored["id"]).results
+    assert [h["kind"] for h in history] == ["memory.stored", "memory.updated"]
+    assert history[1]["before"]["tags"] == ["ops"]
+    assert history[1]["after"]["tags"] == ["ops", "deploy"]
+    agent.memories_delete(stored["id"], reason="the window moved")
     with pytest.raises(NotFoundError):
         agent.memories_get(stored["id"])
     assert not Memory.objects.filter(pk=stored["id"]).exists()
+    every = list(agent.memories_history_iter(stored["id"], page_size=1))
+    assert [h["kind"] for h in every] == ["memory.stored", "memory.updated", "memory.deleted"]
+    assert every[-1]["reason"] == "the window moved"
+    assert all(h["content_shredded"] for h in every)
+    assert every[0]["after"]["content"] is None
 
 
 def test_it_stores_a_batch_pages_through_it_and_searches(agent: Client):

@@ -93,8 +93,13 @@ async def _every_tool(session: ClientSession, *, others_memory: int) -> dict[str
         memory_id=stored["id"],
         content="The staging database is restored every Tuesday.",
         importance=0.9,
+        reason="the restore moved",
     )
-    seen["deleted"] = await call("delete_memory", memory_id=doomed["id"])
+    seen["deleted"] = await call("delete_memory", memory_id=doomed["id"], reason="wrong plant")
+    seen["history"] = await call("memory_history", memory_id=stored["id"])
+    seen["deleted_history"] = await call("memory_history", memory_id=doomed["id"])
+    foreign_history = await session.call_tool("memory_history", {"memory_id": others_memory})
+    seen["foreign_history"] = (foreign_history.isError, foreign_history.content[0].text)
     foreign = await session.call_tool("delete_memory", {"memory_id": others_memory})
     seen["foreign"] = (foreign.isError, foreign.content[0].text)
     log = "\n".join(f"step {n}: ok" for n in range(100)) + "\nstep 100: FAILED timeout"
@@ -147,6 +152,18 @@ def _check_every_tool(seen: dict[str, Any]) -> None:
     assert kept.importance == seen["updated"]["importance"] == 0.9
     assert seen["deleted"] == {"deleted": seen["listed_memories"]["memories"][0]["id"]}
     assert not Memory.objects.filter(pk=seen["deleted"]["deleted"]).exists()
+    stored, updated = seen["history"]["changes"]
+    assert (stored["kind"], updated["kind"]) == ("memory.stored", "memory.updated")
+    assert updated["before"]["content"] == "The staging database is restored every Monday."
+    assert updated["after"]["content"] == "The staging database is restored every Tuesday."
+    assert (updated["actor"], updated["reason"]) == ("Planner", "the restore moved")
+    assert seen["history"]["next_cursor"] is None
+    removed = seen["deleted_history"]["changes"][-1]
+    assert (removed["kind"], removed["reason"]) == ("memory.deleted", "wrong plant")
+    assert removed["content_shredded"]
+    assert "plant needs water" not in json.dumps(seen["deleted_history"])
+    assert seen["foreign_history"][0]
+    assert "not_found" in seen["foreign_history"][1]
     is_error, text = seen["foreign"]
     assert is_error
     assert "not_found" in text

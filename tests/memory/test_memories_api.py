@@ -139,7 +139,7 @@ def test_a_memory_says_when_it_was_last_changed(client):
 def test_deleting_leaves_a_history_without_content(client):
     memory = client.post("/api/v1/memories/", {"content": "delete me"}, format="json").json()
 
-    history_before = client.get(f"/api/v1/memories/{memory['id']}/history/").json()
+    history_before = client.get(f"/api/v1/memories/{memory['id']}/history/").json()["results"]
     deleted = client.delete(f"/api/v1/memories/{memory['id']}/")
 
     assert [h["kind"] for h in history_before] == ["memory.stored"]
@@ -197,7 +197,7 @@ def test_updating_a_memory_is_logged_sealed_and_survives_a_rebuild(tenant, clien
         format="json",
     )
     invalid = client.patch(f"/api/v1/memories/{memory['id']}/", {"importance": 3}, format="json")
-    history = client.get(f"/api/v1/memories/{memory['id']}/history/").json()
+    history = client.get(f"/api/v1/memories/{memory['id']}/history/").json()["results"]
 
     assert updated.status_code == 200
     assert updated.json()["content"] == "final plan: launch Monday"

@@ -126,6 +126,7 @@ ITERATORS: dict[str, str] = {
     "flags_list": "flags_iter",
     "kb_documents_list": "kb_documents_iter",
     "memories_list": "memories_iter",
+    "memories_history_list": "memories_history_iter",
     "overrides_list": "overrides_iter",
     "rounds_list": "rounds_iter",
     "rubric_proposals_list": "rubric_proposals_iter",

@@ -46,6 +46,7 @@ TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
     "update_memory": ("memories_update",),
     "delete_memory": ("memories_delete",),
     "supersede_memory": ("memories_supersede",),
+    "memory_history": ("memories_history_list",),
     "store_content": ("content_items_create",),
     "retrieve_content": ("content_items_get",),
     "query_content": ("content_items_list",),
@@ -192,8 +193,9 @@ def build_server(
             "Correct one of your memories by its id (from search_memories or list_memories): "
             "give only what changes: content (a self-contained sentence), memory_type, "
             "importance from 0 to 1, tags (replaces the list), metadata (replaces the object), "
-            "or expires_at (an ISO 8601 date-time). Its earlier versions stay in the team's "
-            "ledger. Returns the memory as it now is."
+            "or expires_at (an ISO 8601 date-time), and why in reason (kept in the clear). Its "
+            "earlier versions stay in the team's ledger (see memory_history). Returns the "
+            "memory as it now is."
         )
     )
     async def update_memory(
@@ -204,6 +206,7 @@ def build_server(
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         expires_at: str | None = None,
+        reason: str | None = None,
     ) -> dict[str, Any]:
         fields = _given(
             content=content,
@@ -212,6 +215,7 @@ def build_server(
             tags=tags,
             metadata=metadata,
             expires_at=expires_at,
+            reason=reason,
         )
         try:
             memory = await client.memories_update(memory_id, **fields)
@@ -238,16 +242,33 @@ def build_server(
         description=(
             "Delete one of your memories for good, by its id: use it for something wrong, "
             "obsolete or that should never have been stored (its text is shredded; the ledger "
-            "keeps only that it existed). To correct a memory, prefer update_memory. Returns "
-            "the deleted id."
+            "keeps only that it existed, and reason, kept in the clear). To correct a memory, "
+            "prefer update_memory. Returns the deleted id."
         )
     )
-    async def delete_memory(memory_id: int) -> dict[str, Any]:
+    async def delete_memory(memory_id: int, reason: str | None = None) -> dict[str, Any]:
         try:
-            await client.memories_delete(memory_id)
+            await client.memories_delete(memory_id, reason=reason)
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
         return {"deleted": memory_id}
+
+    @server.tool(
+        description=(
+            "How one of your memories changed, oldest first, even after it was deleted: for each "
+            "change its kind (memory.stored, memory.updated, memory.archived, memory.expired, "
+            "memory.deleted), when, who made it (actor, and actor_kind: agent, person, api_key "
+            "or system with its job: decay, quota or ttl), the reason given, and the values of "
+            "the changed fields before and after. A deleted or expired memory's content and "
+            "metadata read as null (content_shredded). Pass next_cursor as cursor for more."
+        )
+    )
+    async def memory_history(memory_id: int, cursor: str | None = None) -> dict[str, Any]:
+        try:
+            page = await client.memories_history_list(memory_id, cursor=cursor)
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return {"changes": page.results, "next_cursor": page.next_cursor}
 
     @server.tool(
         description=(

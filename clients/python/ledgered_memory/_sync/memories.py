@@ -136,21 +136,41 @@ class MemoriesOperations(SyncTransport):
             "types.Memory", self.request(Call("PATCH", f"/memories/{segment(id)}/", body=body))
         )
 
-    def memories_delete(self, id: int) -> None:
+    def memories_delete(self, id: int, *, reason: str | None = None) -> None:
         """Delete a memory for good (its content is shredded).
 
         ``DELETE /api/v1/memories/{id}/``
-        """
-        self.request(Call("DELETE", f"/memories/{segment(id)}/"))
 
-    def memories_history_list(self, id: int) -> list[types.MemoryHistory]:
-        """The ledger events of a memory.
+        ``reason``: Why, at most 500 characters (kept in the clear; the history shows it).
+        """
+        self.request(Call("DELETE", f"/memories/{segment(id)}/", params=query(reason=reason)))
+
+    def memories_history_list(
+        self, id: int, *, cursor: str | None = None, page_size: int | None = None
+    ) -> Page[types.MemoryHistory]:
+        """A memory's changes with their values before and after, oldest first.
 
         ``GET /api/v1/memories/{id}/history/``
+
+        ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``page_size``: Results per page, 1 to 500 (larger is capped); default 50.
         """
-        return cast(
-            "list[types.MemoryHistory]",
-            self.request(Call("GET", f"/memories/{segment(id)}/history/")),
+        return page_of(
+            self.request(
+                Call(
+                    "GET",
+                    f"/memories/{segment(id)}/history/",
+                    params=query(cursor=cursor, page_size=page_size),
+                )
+            )
+        )
+
+    def memories_history_iter(
+        self, id: int, *, page_size: int | None = None
+    ) -> Iterator[types.MemoryHistory]:
+        """Every item of ``memories_history_list``, page after page."""
+        return self.paginate(
+            lambda cursor: self.memories_history_list(id, page_size=page_size, cursor=cursor)
         )
 
     def memories_supersede(

@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+ActorKindEnum = Literal["agent", "person", "api_key", "system"]
+ChangedEnum = Literal[
+    "content",
+    "metadata",
+    "memory_type",
+    "importance",
+    "tags",
+    "expires_at",
+    "archived_at",
+    "valid_from",
+    "valid_until",
+]
 ConsolidationModeEnum = Literal["off", "propose", "apply"]
 DecisionEnum = Literal["add", "supersede", "ignore"]
 MemoryRoleEnum = Literal["user", "assistant", "system", "tool_result"]
@@ -104,8 +116,29 @@ class MemoryBatchResult(TypedDict):
 class MemoryHistory(TypedDict):
     seq: int
     kind: str
-    actor: str
     created_at: str
+    actor: str
+    actor_kind: ActorKindEnum
+    job: str | None
+    reason: str
+    changed: list[ChangedEnum]
+    before: MemoryHistoryValues
+    after: MemoryHistoryValues
+    content_shredded: bool
+
+
+class MemoryHistoryValues(TypedDict):
+    """The values of the fields a change touched; content and metadata are null once shredded."""
+
+    content: NotRequired[str | None]
+    metadata: NotRequired[dict[str, Any] | None]
+    memory_type: NotRequired[str]
+    importance: NotRequired[float]
+    tags: NotRequired[list[str]]
+    expires_at: NotRequired[str | None]
+    archived_at: NotRequired[str | None]
+    valid_from: NotRequired[str | None]
+    valid_until: NotRequired[str | None]
 
 
 class MemoryInputRequest(TypedDict):
@@ -172,6 +205,12 @@ class MemorySupersedeRequest(TypedDict):
     supersedes: list[int]
 
 
+class PaginatedMemoryHistoryList(TypedDict):
+    next: NotRequired[str | None]
+    previous: NotRequired[str | None]
+    results: list[MemoryHistory]
+
+
 class PaginatedMemoryList(TypedDict):
     next: NotRequired[str | None]
     previous: NotRequired[str | None]
@@ -185,6 +224,7 @@ class PatchedMemoryUpdateRequest(TypedDict):
     metadata: NotRequired[dict[str, Any]]
     tags: NotRequired[list[str]]
     expires_at: NotRequired[str | None]
+    reason: NotRequired[str]
 
 
 class PatchedRecallSettingsRequest(TypedDict):
