@@ -4,6 +4,7 @@ act for one agent named in the body."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -41,6 +42,8 @@ from memory.episodic.services import (
 )
 from memory.models import Memory
 from memory.search.api import MemorySearchActions
+from memory.search.filter_schema import FILTER_REF
+from memory.search.filters import MemoryFilter, filter_parse
 
 
 class NewestFirstCursorPagination(CursorPagination):
@@ -81,19 +84,34 @@ def agent_for_caller(principal: ApiPrincipal, name: str | None) -> Agent:
     return agent
 
 
-def metadata_filter(raw: str) -> dict[str, Any]:
-    """The ``metadata`` query parameter: a JSON object the listed memories' metadata contains
-    (PostgreSQL's ``@>``, as search's ``filters.metadata``)."""
+def _json_param(name: str, raw: str, example: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except ValueError:
         value = None
     if not isinstance(value, dict):
         raise ApiError(
-            code="invalid_filter",
-            message='metadata must be a JSON object, e.g. {"source": "slack"}.',
+            code="invalid_filter", message=f"{name} must be a JSON object, e.g. {example}."
         )
     return value
+
+
+def list_filter(params: Mapping[str, str]) -> MemoryFilter:
+    """The list's query parameters as one filter: ``filter`` (the language of
+    memory.search.filters, as JSON) ANDed with the older fixed ones, which are compiled into it
+    (``tag`` is one tag the memories carry; ``metadata`` a JSON object their metadata contains)."""
+    fixed: dict[str, Any] = {
+        name: params[name] for name in ("session_id", "memory_type") if name in params
+    }
+    if "tag" in params:
+        fixed["tags"] = params["tag"]
+    if "metadata" in params:
+        contained = _json_param("metadata", params["metadata"], '{"source": "slack"}')
+        fixed["metadata"] = {key: {"eq": value} for key, value in contained.items()}
+    parts = [fixed] if fixed else []
+    if "filter" in params:
+        parts.append(_json_param("filter", params["filter"], '{"importance": {"gte": 0.5}}'))
+    return filter_parse({"AND": parts} if len(parts) > 1 else (parts[0] if parts else None))
 
 
 @extend_schema_view(
@@ -104,6 +122,11 @@ def metadata_filter(raw: str) -> dict[str, Any]:
             OpenApiParameter("session_id", str),
             OpenApiParameter("memory_type", str),
             OpenApiParameter("tag", str, description="Memories carrying this tag"),
+            OpenApiParameter(
+                "filter",
+                FILTER_REF,
+                description="A filter as JSON (docs/filters.md), ANDed with the ones above",
+            ),
             OpenApiParameter(
                 "metadata",
                 str,
@@ -155,13 +178,8 @@ class MemoryViewSet(
         params = self.request.query_params
         if "agent" in params:
             queryset = queryset.filter(agent__name=params["agent"])
-        for field in ("session_id", "memory_type"):
-            if field in params:
-                queryset = queryset.filter(**{field: params[field]})
-        if "tag" in params:
-            queryset = queryset.filter(tags__contains=[params["tag"]])
-        if "metadata" in params:
-            queryset = queryset.filter(metadata__contains=metadata_filter(params["metadata"]))
+        if self.action == "list":
+            queryset = queryset.filter(list_filter(params).q())
         if self.action in ("destroy", "history"):
             return queryset  # an expired or archived memory can still be deleted or audited
         now = timezone.now()

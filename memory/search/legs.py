@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +17,7 @@ from ledger.selectors import event_visible_params, event_visible_sql
 from memory.embeddings.backends import embedder_name
 from memory.episodic import policies
 from memory.episodic.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
+from memory.search.filters import FILTER_COLUMNS, MemoryFilter
 from memory.search.plans import (
     ACTIVE_ROWS,
     SemanticPlan,
@@ -50,21 +49,6 @@ EVENT_SEMANTIC_WINDOW = 2000
 KNOWLEDGE_CANDIDATES = 50
 
 
-@dataclass(frozen=True)
-class SearchFilters:
-    """Narrow the agent's own memories; the other sources are not episodic and ignore these."""
-
-    session_id: str | None = None
-    memory_type: str | None = None
-    tags: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def narrowing(self) -> bool:
-        """Whether a filter beyond the session keeps an unknown share of the agent's rows."""
-        return bool(self.tags or self.metadata or self.memory_type)
-
-
 # BM25 statistics of the query's lexemes among the agent's keyword documents, with the agent's
 # totals and the table's estimated row count (one row with a NULL lexeme when the query has
 # none): what the semantic leg's plan is chosen by.
@@ -80,12 +64,6 @@ LEFT JOIN unnest(to_tsvector('english', %(query)s)) AS u ON true
 LEFT JOIN memory_memoryterm AS t ON t.agent_id = %(agent)s AND t.lexeme = u.lexeme
 """
 
-FILTER_SQL = {
-    "session_id": " AND session_id = %(session_id)s",
-    "memory_type": " AND memory_type = %(memory_type)s",
-    "tags": " AND tags @> %(tags)s::varchar[]",
-    "metadata": " AND metadata @> %(metadata)s::jsonb",
-}
 # The agent's rows holding the fetched lexemes come from the GIN index memory_agent_lexemes
 # (keys "<agent>:<lexeme>"), a few hundred at most (KEYWORD_FETCH_BUDGET), and the filters are
 # checked on those rows. OFFSET 0 keeps the filters out of the inner query: otherwise the
@@ -93,8 +71,7 @@ FILTER_SQL = {
 # tag on 200,000 of 2,000,000 rows).
 KEYWORD_LEG = """
     SELECT id FROM (
-        SELECT id, tenant_id, agent_id, archived_at, expires_at, session_id, memory_type, tags,
-               metadata
+        SELECT tenant_id, agent_id, archived_at, {filter_columns}
         FROM memory_memory
         WHERE memory_agent_lexemes(agent_id, search_vector) && %(agent_lexemes)s::text[]
         OFFSET 0
@@ -168,7 +145,7 @@ def bm25_idf(*, documents: int, df: int) -> float:
 NARROWING_FILTER_SHARE = 0.1
 
 
-def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilters) -> float:
+def semantic_share(agent_memories: int, table_rows: float, filters: MemoryFilter) -> float:
     """The share of the indexed rows the semantic leg's filters are expected to keep."""
     share = agent_memories / max(table_rows, agent_memories, 1)
     if filters.narrowing:
@@ -176,7 +153,7 @@ def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilter
     return share
 
 
-def dense_leg_plan(agent_memories: int, filters: SearchFilters) -> SemanticPlan:
+def dense_leg_plan(agent_memories: int, filters: MemoryFilter) -> SemanticPlan:
     return semantic_plan(
         agent_memories,
         narrowed=filters.narrowing,
@@ -184,29 +161,64 @@ def dense_leg_plan(agent_memories: int, filters: SearchFilters) -> SemanticPlan:
     )
 
 
-def dense_candidates(agent_memories: int, filters: SearchFilters) -> int:
+def dense_candidates(agent_memories: int, filters: MemoryFilter) -> int:
     """How many rows the semantic leg asks for."""
     if filters.narrowing and dense_leg_plan(agent_memories, filters) is SemanticPlan.INDEX:
         return MEMORY_DENSE_CANDIDATES_NARROWED
     return MEMORY_DENSE_CANDIDATES
 
 
-def dense_leg_sql(agent_memories: int, filters: SearchFilters) -> str:
+def dense_leg_sql(agent_memories: int, filters: MemoryFilter) -> str:
     """The semantic leg for an agent of this size under these filters (the plan chosen by
     memory.search.plans.semantic_plan)."""
     plan = dense_leg_plan(agent_memories, filters)
-    return nearest_rows_sql(filtered_where(filters), plan, limit="dense_k")
+    where = filtered_where(filters)
+    if plan is SemanticPlan.INDEX and filters.narrowing:
+        return filtered_nearest_sql(where)
+    return nearest_rows_sql(where, plan, limit="dense_k")
 
 
-def keyword_leg_sql(filters: SearchFilters) -> str:
-    return KEYWORD_LEG.format(where=filtered_where(filters))
+# A filter that keeps at most this many of a large agent's rows is answered exactly: its rows
+# (found through the filter's own indexes) sorted by distance. Past it, the HNSW index with
+# iterative scans; below it, the index would walk about agent rows / kept rows entries for each
+# one it returns and stop at hnsw.max_scan_tuples with too few (bench/memory_scale.py).
+FILTERED_EXACT_MAX_ROWS = 2000
+# One statement: the bounded read decides, and the index scan's gate (a one-time filter, an
+# InitPlan) keeps it from running at all when the read found the filter's every row.
+FILTERED_NEAREST = """
+WITH few AS MATERIALIZED (
+    SELECT id, embedding FROM memory_memory
+    WHERE {where} AND embedding IS NOT NULL LIMIT {most} + 1
+)
+(SELECT id FROM few WHERE (SELECT count(*) FROM few) <= {most}
+ ORDER BY embedding <=> %(vector)s::vector LIMIT %(dense_k)s)
+UNION ALL
+({index_scan})"""
 
 
-def filtered_where(filters: SearchFilters) -> str:
-    """The agent's active memories, narrowed by the filters given (a SQL condition)."""
-    return ACTIVE_ROWS + "".join(
-        clause for name, clause in FILTER_SQL.items() if getattr(filters, name)
+def filtered_nearest_sql(where: str) -> str:
+    """The nearest rows of a large agent under a filter that keeps an unknown share of them:
+    exact when it keeps few (FILTERED_EXACT_MAX_ROWS), through the HNSW index otherwise."""
+    most = FILTERED_EXACT_MAX_ROWS
+    gated = f"{where} AND (SELECT count(*) FROM few) > {most}"  # noqa: S608 (parameters only)
+    return FILTERED_NEAREST.format(
+        where=where,
+        most=most,
+        index_scan=nearest_rows_sql(gated, SemanticPlan.INDEX, limit="dense_k"),
     )
+
+
+def keyword_leg_sql(filters: MemoryFilter) -> str:
+    return KEYWORD_LEG.format(
+        where=filtered_where(filters), filter_columns=", ".join(FILTER_COLUMNS)
+    )
+
+
+def filtered_where(filters: MemoryFilter) -> str:
+    """The agent's active memories, narrowed by the filter given (a SQL condition whose
+    parameters are ``filters.sql()``'s)."""
+    condition, _ = filters.sql()
+    return ACTIVE_ROWS if filters.root is None else f"{ACTIVE_ROWS} AND ({condition})"
 
 
 def memory_candidates_query(
@@ -214,7 +226,7 @@ def memory_candidates_query(
     agent: Agent,
     query: str,
     vector: Sequence[float] | None,
-    filters: SearchFilters,
+    filters: MemoryFilter,
     now: datetime,
 ) -> tuple[str, dict[str, Any]]:
     """The agent-memory candidate SQL and its parameters (the benchmarks time it alone)."""
@@ -256,10 +268,7 @@ def memory_candidates_query(
         "avgdl": positions / documents if documents else 1.0,
         "decay_base": DECAY_BASE,
         "week": SECONDS_PER_WEEK,
-        "session_id": filters.session_id,
-        "memory_type": filters.memory_type,
-        "tags": list(filters.tags),
-        "metadata": json.dumps(filters.metadata),
+        **filters.sql()[1],
     }
     dense = dense_leg_sql(documents, filters)
     search_plan_note(dense_leg_plan(documents, filters) if vector is not None else "keyword")
@@ -280,7 +289,7 @@ def memory_candidates(
     agent: Agent,
     query: str,
     vector: Sequence[float] | None,
-    filters: SearchFilters,
+    filters: MemoryFilter,
     now: datetime,
 ) -> list[Candidate]:
     sql, params = memory_candidates_query(

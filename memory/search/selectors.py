@@ -39,8 +39,8 @@ from config.routers import lag_tolerant, read_connection
 from config.sql import row_named, rows_named
 from ledger.models import Agent
 from memory.embeddings.backends import EmbeddingUnavailable, embed_query
+from memory.search.filters import MemoryFilter
 from memory.search.legs import (
-    SearchFilters,
     event_candidates,
     knowledge_base_candidates,
     memory_candidates,
@@ -124,7 +124,7 @@ def memories_search(
     query: str,
     top_k: int = 5,
     sources: Sequence[str] = SOURCES,
-    filters: SearchFilters | None = None,
+    filters: MemoryFilter | None = None,
     weights: SearchWeights | None = None,
     threshold: float | None = None,
     now: datetime | None = None,
@@ -149,7 +149,7 @@ def memories_search(
     candidates: list[Candidate] = []
     if AGENT_MEMORY in sources:
         candidates += memory_candidates(
-            agent=agent, query=query, vector=vector, filters=filters or SearchFilters(), now=moment
+            agent=agent, query=query, vector=vector, filters=filters or MemoryFilter(), now=moment
         )
     if AUDIT_LOG in sources or WORKFLOW_STEPS in sources:
         candidates += event_candidates(agent=agent, query=query, vector=vector, sources=sources)

@@ -17,7 +17,7 @@ against a remote service. The cost is one loopback HTTP hop per tool call.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -55,6 +55,16 @@ TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
 TransformName = Literal["full", "excerpt", "summary", "first_n", "last_n", "filtered"]
 
 
+FILTERS_HELP = (
+    "Optional filters narrow your own memories: an object of fields, e.g. "
+    '{"tags": "billing", "importance": {"gte": 0.7}, "occurred_at": {"gte": "2026-01-01"}, '
+    '"metadata": {"customer": "acme"}}, combined with AND / OR / NOT lists; fields '
+    "session_id, memory_type, role, importance, created_at, occurred_at, updated_at, "
+    "expires_at, tags, metadata (keys, dotted for nested ones), id; operators eq, ne, in, "
+    "nin, gt, gte, lt, lte, exists, contains."
+)
+
+
 def _fail(exc: AgentMemoryError) -> ToolError:
     if isinstance(exc, ApiError):
         detail = f" Details: {exc.details}" if exc.details else ""
@@ -81,15 +91,23 @@ def build_server(
             "Use it before answering anything that earlier conversations, decisions or "
             "documents may settle. Returns the best matches first, each with its source, id, "
             "text and a relevance score between 0 and 1; an empty list means nothing relevant "
-            "is remembered."
+            "is remembered. " + FILTERS_HELP
         )
     )
     async def search_memories(
-        query: str, top_k: int = 5, sources: list[str] | None = None
+        query: str,
+        top_k: int = 5,
+        sources: list[str] | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         try:
             found = await client.memories_search(
-                **_given(query=query, top_k=top_k, sources=sources)
+                **_given(
+                    query=query,
+                    top_k=top_k,
+                    sources=sources,
+                    filters=cast("types.MemoryFilter", filters),
+                )
             )
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
@@ -138,15 +156,17 @@ def build_server(
     @server.tool(
         description=(
             "List your stored memories, newest first, to review what you remember or find one "
-            "to correct: filter by memory_type, tag or session_id. Returns up to 'limit' "
-            "memories (id, content, type, importance, tags, session, dates) and a next_cursor; "
-            "pass it back as 'cursor' for the next page (null: there is no more)."
+            "to correct: filter by memory_type, tag or session_id, or anything with 'filter'. "
+            "Returns up to 'limit' memories (id, content, type, importance, tags, session, "
+            "dates) and a next_cursor; pass it back as 'cursor' for the next page (null: there "
+            "is no more). " + FILTERS_HELP.replace("filters", "filter")
         )
     )
     async def list_memories(
         memory_type: str | None = None,
         tag: str | None = None,
         session_id: str | None = None,
+        filter: dict[str, Any] | None = None,
         limit: int = 20,
         cursor: str | None = None,
     ) -> dict[str, Any]:
@@ -155,6 +175,7 @@ def build_server(
                 memory_type=memory_type,
                 tag=tag,
                 session_id=session_id,
+                filter=cast("types.MemoryFilter | None", filter),
                 page_size=limit,
                 cursor=cursor,
             )

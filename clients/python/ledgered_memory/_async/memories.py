@@ -31,6 +31,7 @@ class MemoriesOperations(AsyncTransport):
         *,
         agent: str | None = None,
         cursor: str | None = None,
+        filter: types.MemoryFilter | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         memory_type: str | None = None,
@@ -45,6 +46,7 @@ class MemoriesOperations(AsyncTransport):
 
         ``agent``: Agent name
         ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``filter``: A filter as JSON (docs/filters.md), ANDed with the ones above
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
         ``metadata``: Metadata containing this JSON object, e.g. {"source": "slack"}
@@ -59,6 +61,7 @@ class MemoriesOperations(AsyncTransport):
                     params=query(
                         agent=agent,
                         cursor=cursor,
+                        filter=filter,
                         include_archived=include_archived,
                         include_expired=include_expired,
                         memory_type=memory_type,
@@ -75,6 +78,7 @@ class MemoriesOperations(AsyncTransport):
         self,
         *,
         agent: str | None = None,
+        filter: types.MemoryFilter | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         memory_type: str | None = None,
@@ -87,6 +91,7 @@ class MemoriesOperations(AsyncTransport):
         return self.paginate(
             lambda cursor: self.memories_list(
                 agent=agent,
+                filter=filter,
                 include_archived=include_archived,
                 include_expired=include_expired,
                 memory_type=memory_type,

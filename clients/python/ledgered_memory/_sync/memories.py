@@ -29,6 +29,7 @@ class MemoriesOperations(SyncTransport):
         *,
         agent: str | None = None,
         cursor: str | None = None,
+        filter: types.MemoryFilter | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         memory_type: str | None = None,
@@ -43,6 +44,7 @@ class MemoriesOperations(SyncTransport):
 
         ``agent``: Agent name
         ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``filter``: A filter as JSON (docs/filters.md), ANDed with the ones above
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
         ``metadata``: Metadata containing this JSON object, e.g. {"source": "slack"}
@@ -57,6 +59,7 @@ class MemoriesOperations(SyncTransport):
                     params=query(
                         agent=agent,
                         cursor=cursor,
+                        filter=filter,
                         include_archived=include_archived,
                         include_expired=include_expired,
                         memory_type=memory_type,
@@ -73,6 +76,7 @@ class MemoriesOperations(SyncTransport):
         self,
         *,
         agent: str | None = None,
+        filter: types.MemoryFilter | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         memory_type: str | None = None,
@@ -85,6 +89,7 @@ class MemoriesOperations(SyncTransport):
         return self.paginate(
             lambda cursor: self.memories_list(
                 agent=agent,
+                filter=filter,
                 include_archived=include_archived,
                 include_expired=include_expired,
                 memory_type=memory_type,

@@ -213,15 +213,6 @@ class ReflectionResult(TypedDict):
     event: dict[str, Any] | None
 
 
-class SearchFiltersRequest(TypedDict):
-    """Narrows the agent's own memories; the other sources ignore it."""
-
-    session_id: NotRequired[str]
-    memory_type: NotRequired[str]
-    tags: NotRequired[list[str]]
-    metadata: NotRequired[dict[str, Any]]
-
-
 class SearchHit(TypedDict):
     source: SourceEnum
     id: int
@@ -239,7 +230,7 @@ class SearchRequest(TypedDict):
     query: str
     top_k: NotRequired[int]
     sources: NotRequired[list[str]]
-    filters: NotRequired[SearchFiltersRequest]
+    filters: NotRequired[MemoryFilter]
     weights: NotRequired[SearchWeightsRequest]
     threshold: NotRequired[float | None]
     embedding: NotRequired[list[float]]
@@ -259,3 +250,108 @@ class SearchWeightsRequest(TypedDict):
     recency: NotRequired[float]
     importance: NotRequired[float]
     source_priority: NotRequired[float]
+
+
+TextCondition = TypedDict(
+    "TextCondition",
+    {
+        "eq": NotRequired[str],
+        "ne": NotRequired[str],
+        "in": NotRequired[list[str]],
+        "nin": NotRequired[list[str]],
+    },
+)
+
+
+IdCondition = TypedDict(
+    "IdCondition",
+    {
+        "eq": NotRequired[int],
+        "ne": NotRequired[int],
+        "in": NotRequired[list[int]],
+        "nin": NotRequired[list[int]],
+        "gt": NotRequired[int],
+        "gte": NotRequired[int],
+        "lt": NotRequired[int],
+        "lte": NotRequired[int],
+    },
+)
+
+
+NumberCondition = TypedDict(
+    "NumberCondition",
+    {
+        "eq": NotRequired[float],
+        "ne": NotRequired[float],
+        "in": NotRequired[list[float]],
+        "nin": NotRequired[list[float]],
+        "gt": NotRequired[float],
+        "gte": NotRequired[float],
+        "lt": NotRequired[float],
+        "lte": NotRequired[float],
+    },
+)
+
+
+class TimeCondition(TypedDict):
+    """Operators over a time field; several are ANDed."""
+
+    eq: NotRequired[str]
+    ne: NotRequired[str]
+    gt: NotRequired[str]
+    gte: NotRequired[str]
+    lt: NotRequired[str]
+    lte: NotRequired[str]
+    exists: NotRequired[bool]
+
+
+TagsCondition = TypedDict(
+    "TagsCondition",
+    {
+        "contains": NotRequired[str | list[str]],
+        "in": NotRequired[list[str]],
+        "nin": NotRequired[list[str]],
+        "exists": NotRequired[bool],
+    },
+)
+
+
+MetadataCondition = TypedDict(
+    "MetadataCondition",
+    {
+        "eq": NotRequired[Any],
+        "ne": NotRequired[str | float | bool],
+        "in": NotRequired[list[str | float | bool]],
+        "nin": NotRequired[list[str | float | bool]],
+        "gt": NotRequired[float | str],
+        "gte": NotRequired[float | str],
+        "lt": NotRequired[float | str],
+        "lte": NotRequired[float | str],
+        "exists": NotRequired[bool],
+        "contains": NotRequired[str | float | bool],
+    },
+)
+
+
+class MemoryFilter(TypedDict):
+    """Fields and AND / OR / NOT over an agent's memories (docs/filters.md)."""
+
+    AND: NotRequired[list[MemoryFilter]]
+    OR: NotRequired[list[MemoryFilter]]
+    NOT: NotRequired[MemoryFilter]
+    id: NotRequired[IdCondition | int]
+    session_id: NotRequired[TextCondition | str]
+    memory_type: NotRequired[
+        TextCondition
+        | Literal[
+            "conversation", "task_completion", "decision", "approval", "explicit", "error", "fact"
+        ]
+    ]
+    role: NotRequired[TextCondition | Literal["user", "assistant", "system", "tool_result"]]
+    importance: NotRequired[NumberCondition | float]
+    created_at: NotRequired[TimeCondition | str]
+    occurred_at: NotRequired[TimeCondition | str]
+    updated_at: NotRequired[TimeCondition | str]
+    expires_at: NotRequired[TimeCondition | str]
+    tags: NotRequired[TagsCondition | str | list[str]]
+    metadata: NotRequired[dict[str, Any]]
