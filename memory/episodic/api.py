@@ -26,8 +26,12 @@ from ledger.auth import ApiPrincipal
 from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.selectors import agent_named
+from memory.episodic.bulk import memories_bulk_delete, memories_bulk_update
 from memory.episodic.serializers import (
     MemoryBatchSerializer,
+    MemoryBulkDeleteSerializer,
+    MemoryBulkResultSerializer,
+    MemoryBulkUpdateSerializer,
     MemoryHistorySerializer,
     MemoryInputSerializer,
     MemorySerializer,
@@ -155,6 +159,16 @@ def list_filter(params: Mapping[str, str]) -> MemoryFilter:
         responses=MemorySerializer,
     ),
     destroy=extend_schema(summary="Delete a memory for good (its content is shredded)"),
+    bulk_update=extend_schema(
+        summary="Update memories chosen by ids, a filter or all, one event each (or a dry run)",
+        request=MemoryBulkUpdateSerializer,
+        responses=MemoryBulkResultSerializer,
+    ),
+    bulk_delete=extend_schema(
+        summary="Delete memories chosen by ids, a filter or all, shredding each (or a dry run)",
+        request=MemoryBulkDeleteSerializer,
+        responses=MemoryBulkResultSerializer,
+    ),
     history=extend_schema(
         summary="The ledger events of a memory", responses=MemoryHistorySerializer(many=True)
     ),
@@ -169,7 +183,18 @@ class MemoryViewSet(
     pagination_class = NewestFirstCursorPagination
     write_role = Role.AGENT
     agent_bound_actions = frozenset(
-        {"list", "retrieve", "create", "batch", "partial_update", "destroy", "search", "history"}
+        {
+            "list",
+            "retrieve",
+            "create",
+            "batch",
+            "partial_update",
+            "destroy",
+            "search",
+            "history",
+            "bulk_update",
+            "bulk_delete",
+        }
     )
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -232,6 +257,32 @@ class MemoryViewSet(
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         memory_delete(memory=self.get_object(), actor=self.principal.actor)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @action(detail=False, methods=["post"], url_path="bulk-update")
+    def bulk_update(self, request: Request) -> Response:
+        serializer = MemoryBulkUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        outcome = memories_bulk_update(
+            agent=agent_for_caller(self.principal, serializer.validated_data.get("agent")),
+            selection=serializer.selection(),
+            changes=serializer.changes_asked(),
+            actor=self.principal.actor,
+            dry_run=serializer.validated_data["dry_run"],
+        )
+        return Response(MemoryBulkResultSerializer(outcome).data)
+
+    @action(detail=False, methods=["post"], url_path="bulk-delete")
+    def bulk_delete(self, request: Request) -> Response:
+        serializer = MemoryBulkDeleteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        outcome = memories_bulk_delete(
+            agent=agent_for_caller(self.principal, serializer.validated_data.get("agent")),
+            selection=serializer.selection(),
+            actor=self.principal.actor,
+            reason=serializer.validated_data["reason"],
+            dry_run=serializer.validated_data["dry_run"],
+        )
+        return Response(MemoryBulkResultSerializer(outcome).data)
 
     # The whole history in one answer (no cursor): pagination_class=None says so in the schema.
     @action(detail=True, methods=["get"], pagination_class=None)

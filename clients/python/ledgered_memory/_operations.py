@@ -71,6 +71,8 @@ OPERATIONS: dict[str, tuple[str, str, str]] = {
     "memories_delete": ("DELETE", "/api/v1/memories/{id}/", "memories_delete"),
     "memories_history_list": ("GET", "/api/v1/memories/{id}/history/", "memories_history_list"),
     "memories_create_batch": ("POST", "/api/v1/memories/batch/", "memories_create_batch"),
+    "memories_bulk_delete": ("POST", "/api/v1/memories/bulk-delete/", "memories_bulk_delete"),
+    "memories_bulk_update": ("POST", "/api/v1/memories/bulk-update/", "memories_bulk_update"),
     "memories_search": ("POST", "/api/v1/memories/search/", "memories_search"),
     "overrides_list": ("GET", "/api/v1/overrides/", "overrides_list"),
     "overrides_create": ("POST", "/api/v1/overrides/", "overrides_create"),

@@ -43,6 +43,8 @@ TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
     "list_memories": ("memories_list",),
     "update_memory": ("memories_update",),
     "delete_memory": ("memories_delete",),
+    "update_memories": ("memories_bulk_update",),
+    "delete_memories": ("memories_bulk_delete",),
     "store_content": ("content_items_create",),
     "retrieve_content": ("content_items_get",),
     "query_content": ("content_items_list",),
@@ -232,6 +234,77 @@ def build_server(
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
         return {"deleted": memory_id}
+
+    @server.tool(
+        description=(
+            "Change many of your memories at once, chosen by ids or by a filter: set "
+            "importance (0 to 1), add or remove tags, merge keys into metadata or remove keys, "
+            "set expires_at (ISO 8601). Each memory changes as update_memory would change it. "
+            "Use dry_run first to see how many match. At most 500 per call: when "
+            "'remaining' is above 0, call again with after=continue_after. " + FILTERS_HELP
+        )
+    )
+    async def update_memories(
+        ids: list[int] | None = None,
+        filter: dict[str, Any] | None = None,
+        importance: float | None = None,
+        tags_add: list[str] | None = None,
+        tags_remove: list[str] | None = None,
+        metadata_merge: dict[str, Any] | None = None,
+        metadata_remove: list[str] | None = None,
+        expires_at: str | None = None,
+        dry_run: bool = False,
+        after: int | None = None,
+    ) -> dict[str, Any]:
+        changes = _given(
+            importance=importance,
+            tags_add=tags_add,
+            tags_remove=tags_remove,
+            metadata_merge=metadata_merge,
+            metadata_remove=metadata_remove,
+            expires_at=expires_at,
+        )
+        try:
+            answer = await client.memories_bulk_update(
+                **_given(ids=ids, filter=filter, dry_run=dry_run, after=after),
+                changes=cast("types.MemoryBulkChangesRequest", changes),
+            )
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return dict(answer)
+
+    @server.tool(
+        description=(
+            "Delete many of your memories for good, chosen by ids or by a filter (their text "
+            "is shredded, as delete_memory does), or all of them (all=true, optionally one "
+            "session_id) with confirm=true. Use dry_run first: it counts and shows some ids. "
+            "At most 500 per call: when 'remaining' is above 0, call again. " + FILTERS_HELP
+        )
+    )
+    async def delete_memories(
+        ids: list[int] | None = None,
+        filter: dict[str, Any] | None = None,
+        all: bool = False,
+        session_id: str | None = None,
+        confirm: bool = False,
+        dry_run: bool = False,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        try:
+            answer = await client.memories_bulk_delete(
+                **_given(
+                    ids=ids,
+                    filter=filter,
+                    all=all,
+                    session_id=session_id,
+                    confirm=confirm,
+                    dry_run=dry_run,
+                    reason=reason,
+                )
+            )
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return dict(answer)
 
     @server.tool(
         description=(

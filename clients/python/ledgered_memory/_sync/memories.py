@@ -162,6 +162,34 @@ class MemoriesOperations(SyncTransport):
             ),
         )
 
+    def memories_bulk_delete(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.MemoryBulkDeleteRequest]
+    ) -> types.MemoryBulkResult:
+        """Delete memories chosen by ids, a filter or all, shredding each (or a dry run).
+
+        ``POST /api/v1/memories/bulk-delete/``
+        """
+        return cast(
+            "types.MemoryBulkResult",
+            self.request(
+                Call("POST", "/memories/bulk-delete/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
+
+    def memories_bulk_update(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.MemoryBulkUpdateRequest]
+    ) -> types.MemoryBulkResult:
+        """Update memories chosen by ids, a filter or all, one event each (or a dry run).
+
+        ``POST /api/v1/memories/bulk-update/``
+        """
+        return cast(
+            "types.MemoryBulkResult",
+            self.request(
+                Call("POST", "/memories/bulk-update/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
+
     def memories_search(
         self, *, idempotency_key: str | None = None, **body: Unpack[types.SearchRequest]
     ) -> types.SearchResult:

@@ -89,6 +89,55 @@ class MemoryBatchResult(TypedDict):
     memories: list[Memory]
 
 
+class MemoryBulkChangesRequest(TypedDict):
+    importance: NotRequired[float]
+    tags_add: NotRequired[list[str]]
+    tags_remove: NotRequired[list[str]]
+    metadata_merge: NotRequired[dict[str, Any]]
+    metadata_remove: NotRequired[list[str]]
+    expires_at: NotRequired[str | None]
+
+
+class MemoryBulkDeleteRequest(TypedDict):
+    """Which of one agent's memories: ids, a filter, or all (with confirm)."""
+
+    agent: NotRequired[str]
+    ids: NotRequired[list[int]]
+    filter: NotRequired[MemoryFilter]
+    all: NotRequired[bool]
+    session_id: NotRequired[str]
+    confirm: NotRequired[bool]
+    dry_run: NotRequired[bool]
+    limit: NotRequired[int]
+    after: NotRequired[int]
+    reason: NotRequired[str]
+
+
+class MemoryBulkResult(TypedDict):
+    dry_run: bool
+    matched: int
+    done: int
+    ids: list[int]
+    not_found: list[int]
+    remaining: int
+    continue_after: int | None
+
+
+class MemoryBulkUpdateRequest(TypedDict):
+    """Which of one agent's memories: ids, a filter, or all (with confirm)."""
+
+    agent: NotRequired[str]
+    ids: NotRequired[list[int]]
+    filter: NotRequired[MemoryFilter]
+    all: NotRequired[bool]
+    session_id: NotRequired[str]
+    confirm: NotRequired[bool]
+    dry_run: NotRequired[bool]
+    limit: NotRequired[int]
+    after: NotRequired[int]
+    changes: MemoryBulkChangesRequest
+
+
 class MemoryHistory(TypedDict):
     seq: int
     kind: str
