@@ -183,15 +183,16 @@ def dense_leg_sql(agent_memories: int, filters: MemoryFilter) -> str:
 # iterative scans; below it, the index would walk about agent rows / kept rows entries for each
 # one it returns and stop at hnsw.max_scan_tuples with too few (bench/memory_scale.py).
 FILTERED_EXACT_MAX_ROWS = 2000
-# One statement: the bounded read decides, and the index scan's gate (a one-time filter, an
-# InitPlan) keeps it from running at all when the read found the filter's every row.
+# One statement: the bounded read of ids decides, and each branch's gate (a one-time filter on
+# an InitPlan) keeps the other from running at all. The exact branch reads the few rows again by
+# primary key; "+ 0" keeps the HNSW index from serving its order.
 FILTERED_NEAREST = """
 WITH few AS MATERIALIZED (
-    SELECT id, embedding FROM memory_memory
-    WHERE {where} AND embedding IS NOT NULL LIMIT {most} + 1
+    SELECT id FROM memory_memory WHERE {where} AND embedding IS NOT NULL LIMIT {most} + 1
 )
-(SELECT id FROM few WHERE (SELECT count(*) FROM few) <= {most}
- ORDER BY embedding <=> %(vector)s::vector LIMIT %(dense_k)s)
+(SELECT id FROM memory_memory
+ WHERE id = ANY(ARRAY(SELECT id FROM few)) AND (SELECT count(*) FROM few) <= {most}
+ ORDER BY (embedding <=> %(vector)s::vector) + 0 LIMIT %(dense_k)s)
 UNION ALL
 ({index_scan})"""
 
@@ -200,6 +201,8 @@ def filtered_nearest_sql(where: str) -> str:
     """The nearest rows of a large agent under a filter that keeps an unknown share of them:
     exact when it keeps few (FILTERED_EXACT_MAX_ROWS), through the HNSW index otherwise."""
     most = FILTERED_EXACT_MAX_ROWS
+    if most <= 0:
+        return nearest_rows_sql(where, SemanticPlan.INDEX, limit="dense_k")
     gated = f"{where} AND (SELECT count(*) FROM few) > {most}"  # noqa: S608 (parameters only)
     return FILTERED_NEAREST.format(
         where=where,
