@@ -174,7 +174,7 @@ def dense_leg_sql(agent_memories: int, filters: MemoryFilter) -> str:
     plan = dense_leg_plan(agent_memories, filters)
     where = filtered_where(filters)
     if plan is SemanticPlan.INDEX and filters.narrowing:
-        return filtered_nearest_sql(where)
+        return filtered_nearest_sql(where, filtered_where(filters, opaque=True))
     return nearest_rows_sql(where, plan, limit="dense_k")
 
 
@@ -197,13 +197,18 @@ UNION ALL
 ({index_scan})"""
 
 
-def filtered_nearest_sql(where: str) -> str:
+def filtered_nearest_sql(where: str, opaque_where: str) -> str:
     """The nearest rows of a large agent under a filter that keeps an unknown share of them:
-    exact when it keeps few (FILTERED_EXACT_MAX_ROWS), through the HNSW index otherwise."""
+    exact when it keeps few (FILTERED_EXACT_MAX_ROWS), through the HNSW index otherwise.
+
+    The index branch checks the filter as ``opaque_where``, which no index can serve: it runs
+    only once the filter is known to keep many rows, and then the HNSW scan is the plan wanted,
+    whatever the planner estimates (a metadata condition's estimate is a constant: 0.1 % of
+    the rows, were it 25 %, a bitmap read and sort of all of them would win)."""
     most = FILTERED_EXACT_MAX_ROWS
     if most <= 0:
-        return nearest_rows_sql(where, SemanticPlan.INDEX, limit="dense_k")
-    gated = f"{where} AND (SELECT count(*) FROM few) > {most}"  # noqa: S608 (parameters only)
+        return nearest_rows_sql(opaque_where, SemanticPlan.INDEX, limit="dense_k")
+    gated = f"{opaque_where} AND (SELECT count(*) FROM few) > {most}"  # noqa: S608
     return FILTERED_NEAREST.format(
         where=where,
         most=most,
@@ -217,11 +222,14 @@ def keyword_leg_sql(filters: MemoryFilter) -> str:
     )
 
 
-def filtered_where(filters: MemoryFilter) -> str:
+def filtered_where(filters: MemoryFilter, *, opaque: bool = False) -> str:
     """The agent's active memories, narrowed by the filter given (a SQL condition whose
-    parameters are ``filters.sql()``'s)."""
+    parameters are ``filters.sql()``'s); ``opaque``: written so that no index serves the filter
+    (the same rows: a WHERE keeps only what is true)."""
     condition, _ = filters.sql()
-    return ACTIVE_ROWS if filters.root is None else f"{ACTIVE_ROWS} AND ({condition})"
+    if filters.root is None:
+        return ACTIVE_ROWS
+    return f"{ACTIVE_ROWS} AND ({condition}){' IS TRUE' if opaque else ''}"
 
 
 def memory_candidates_query(

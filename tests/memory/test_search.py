@@ -265,7 +265,10 @@ def test_the_semantic_leg_leaves_the_index_to_agents_with_many_memories(
     )
 
     if plan is SemanticPlan.INDEX and filters.narrowing:  # exact when the filter keeps few
-        assert filtered_nearest_sql(filtered_where(filters)) in sql
+        assert (
+            filtered_nearest_sql(filtered_where(filters), filtered_where(filters, opaque=True))
+            in sql
+        )
     else:
         assert nearest_rows_sql(filtered_where(filters), plan, limit="dense_k") in sql
     assert params["ef_search"] >= 200
