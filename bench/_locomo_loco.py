@@ -130,7 +130,8 @@ def load_variant(
     from memory.episodic.models import Memory
     from memory.episodic.serializers import MemoryInputSerializer
     from memory.episodic.services import memories_store, memory_embedding_text
-    from memory.search.legs import SearchFilters, memory_feedback
+    from memory.search.filters import MemoryFilter
+    from memory.search.legs import memory_feedback
     from memory.search.ranking import SOURCES
     from memory.search.selectors import search_candidates
     from memory.search.temporal import query_time
@@ -144,7 +145,10 @@ def load_variant(
         drafts = [MemoryInputSerializer().to_draft(d) for d in serializer.validated_data]
         texts = [
             memory_embedding_text(
-                content=d.content, role=d.role, metadata=d.metadata, when=d.occurred_at
+                content=d.content,
+                role=d.role,
+                metadata=d.metadata,
+                when=d.occurred_at or timezone.now(),
             )
             for d in drafts
         ]
@@ -168,7 +172,7 @@ def load_variant(
                 query=q.text,
                 vector=vector,
                 sources=SOURCES,
-                filters=SearchFilters(),
+                filters=MemoryFilter(),
                 now=now,
                 when=when,
             )

@@ -62,6 +62,9 @@ TOPIC_DIMENSIONS = 24
 FLAG_TAG = "flagged"
 FLAG_SHARE = 0.10
 SPEAKERS = ("Avery", "Blake", "Casey", "Devon", "Emery", "Finley", "Harper", "Jordan")
+CUSTOMERS = 1000
+PRIORITIES = 10
+CHANNELS = ("slack", "email", "call", "doc")
 COPY_CHUNK = 50_000
 KEYWORD_CHUNK_SESSIONS = 2_500  # 50,000 memories per set-based UPDATE
 SERVICE_REFRESH_BATCH = 1_000
@@ -253,7 +256,7 @@ def copy_rows(
     columns = ", ".join(COPY_COLUMNS)
     created = datetime.now(UTC)
     expires = policies.expires_at_default(memory_type=policies.CONVERSATION, created_at=created)
-    start = datetime(2024, 1, 1, tzinfo=UTC)
+    start = DATA_START
     copy_seconds = 0.0
     written = 0
     while written < agent.count:
@@ -263,6 +266,9 @@ def copy_rows(
         flags = synthetic.rng.random(n) < FLAG_SHARE
         speakers = synthetic.rng.integers(len(SPEAKERS), size=n)
         importance = synthetic.rng.random(n)
+        customers = synthetic.rng.integers(CUSTOMERS, size=n)
+        priorities = synthetic.rng.integers(PRIORITIES, size=n)
+        channels = synthetic.rng.integers(len(CHANNELS), size=n)
         rows = []
         for i in range(n):
             number = written + i
@@ -280,7 +286,14 @@ def copy_rows(
                     policies.content_hash(texts[i]),
                     # The object itself: COPY's jsonb dumper encodes whatever it is given, so
                     # a json.dumps string would be stored as a JSON string, not an object.
-                    {"speaker": SPEAKERS[speakers[i]], "n": number},
+                    {
+                        "speaker": SPEAKERS[speakers[i]],
+                        "n": number,
+                        # For the filtered cases: a key on 0.1 % of rows, a number, a category.
+                        "customer": f"c{customers[i]:04d}",
+                        "priority": int(priorities[i]),
+                        "channel": CHANNELS[channels[i]],
+                    },
                     [FLAG_TAG] if flags[i] else [],
                     start + timedelta(minutes=number),
                     created,
@@ -459,6 +472,7 @@ class Query:
     agent: AgentRows
     text: str
     vector: list[float]
+    agent_tenant: int = 0
 
 
 Neighbours: TypeAlias = list[tuple[int, float]]  # (memory id, cosine distance), nearest first
@@ -842,6 +856,14 @@ def main() -> None:
         help="also time the tag filter with another row count and ef_search ceiling, e.g. 40:800",
     )
     parser.add_argument(
+        "--filtered",
+        action="store_true",
+        help="only the filtered cases (filter language, issue 22) over the big agent",
+    )
+    parser.add_argument(
+        "--load-only", action="store_true", help="load the data (with --keep) and stop"
+    )
+    parser.add_argument(
         "--reuse",
         action="store_true",
         help="measure the data an earlier --keep run left in --data-dir, if its sizes match",
@@ -938,6 +960,36 @@ def load_dataset(
     return agents
 
 
+def finish_load(conn: Any, args: argparse.Namespace, agents: Sequence[AgentRows]) -> None:
+    """Finish a load that was stopped during its keyword documents (on a loaded machine they
+    take an hour at 1,000,000): the BM25 totals count every memory (the semantic leg's plan is
+    chosen by them; memories without a document are found by the semantic leg only), then
+    VACUUM ANALYZE and the HNSW build, unless the index is there."""
+    built = conn.execute("SELECT to_regclass('memory_embedding_hnsw') IS NOT NULL").fetchone()[0]
+    if built:
+        return
+    with_documents = conn.execute(
+        "SELECT count(*) FROM memory_memory WHERE search_vector IS NOT NULL"
+    ).fetchone()[0]
+    say(f"finishing an interrupted load: {with_documents:,} memories have keyword documents")
+    with conn.transaction():
+        for statement in STATS_REBUILD_SQL:
+            conn.execute(statement, {"agents": [a.id for a in agents]})
+        conn.execute(
+            """INSERT INTO memory_memorysearchtotals (agent_id, documents, positions)
+               SELECT agent_id, count(*), coalesce(sum(search_length), 0) FROM memory_memory
+               WHERE agent_id = ANY(%(agents)s) GROUP BY 1
+               ON CONFLICT (agent_id) DO UPDATE SET documents = excluded.documents""",
+            {"agents": [a.id for a in agents]},
+        )
+    with step("VACUUM ANALYZE memory_memory"):
+        conn.execute("VACUUM ANALYZE memory_memory")
+    with step("HNSW index build"):
+        build_seconds, hnsw_bytes = hnsw_rebuild(conn, args.maintenance_work_mem)
+    say(f"HNSW built in {build_seconds:.1f} s, {hnsw_bytes / 2**20:,.0f} MiB")
+    conn.execute("ANALYZE")
+
+
 def loaded_dataset(args: argparse.Namespace) -> tuple[Any, list[AgentRows]] | None:
     """The tenant and agents of an earlier run kept in the data folder, when they hold the sizes
     asked for (``--reuse``); None otherwise."""
@@ -978,9 +1030,9 @@ def report_recall(
 ) -> None:
     """recall@10 of each case against exact search, the plans chosen, and the index path's
     recall and latency at several hnsw.ef_search values."""
-    from memory.search.legs import SearchFilters
+    from memory.search.filters import filter_parse
 
-    flagged = SearchFilters(tags=(FLAG_TAG,))
+    flagged = filter_parse({"tags": [FLAG_TAG]})
     total = sum(a.count for a in agents)
     share_small = args.per_agent / total
     say(f"recall@{K} against exact search, {args.queries} queries per case; load {load_average()}")
@@ -1039,10 +1091,151 @@ def report_recall(
             print(f"    {setting:14} {result.line()}; {spread(latency)} ms")
 
 
+# --- filtered search (issue 22) ------------------------------------------------------------------
+
+DATA_START = datetime(2024, 1, 1, tzinfo=UTC)  # memory n of an agent occurred n minutes after
+
+
+def filtered_cases(agent_memories: int) -> list[tuple[str, dict[str, Any]]]:
+    """Filters of the language (memory.search.filters) over the big agent, selective to broad,
+    with the share of its rows each keeps."""
+    minutes = agent_memories // 1000  # a window over 0.1 % of the agent's memories
+    middle = DATA_START + timedelta(minutes=agent_memories // 2)
+    customers = [f"c{n:04d}" for n in range(0, CUSTOMERS, CUSTOMERS // 5)][:5]
+    return [
+        (f"tag on {FLAG_SHARE:.0%}", {"tags": [FLAG_TAG]}),
+        ("metadata customer = one (0.1 %)", {"metadata": {"customer": "c0042"}}),
+        ("metadata customer in five (0.5 %)", {"metadata": {"customer": {"in": customers}}}),
+        ("metadata channel = slack (25 %)", {"metadata": {"channel": "slack"}}),
+        ("metadata priority >= 8 (20 %, a path)", {"metadata": {"priority": {"gte": 8}}}),
+        ("occurred_at window (0.1 %)", {"occurred_at": {
+            "gte": middle.isoformat(), "lt": (middle + timedelta(minutes=minutes)).isoformat()}}),
+        ("occurred_at window (10 %)", {"occurred_at": {
+            "gte": middle.isoformat(),
+            "lt": (middle + timedelta(minutes=100 * minutes)).isoformat()}}),
+        ("importance >= 0.9 (10 %)", {"importance": {"gte": 0.9}}),
+        ("OR tag, channel = call (32 %)",
+         {"OR": [{"tags": FLAG_TAG}, {"metadata": {"channel": "call"}}]}),
+        ("NOT channel = slack (75 %)", {"NOT": {"metadata": {"channel": "slack"}}}),
+        ("customer in five AND importance >= 0.5 (0.25 %)",
+         {"metadata": {"customer": {"in": customers}}, "importance": {"gte": 0.5}}),
+    ]  # fmt: skip
+
+
+def agent_vectors(conn: Any, agent: AgentRows) -> tuple[Array, Array]:
+    """Every active memory's id (sorted) and unit vector of the agent, for exact answers by
+    brute force in numpy (an exact scan in SQL per query and filter would take hours)."""
+    ids = np.empty(agent.count, dtype=np.int64)
+    vectors = np.empty((agent.count, DIMENSIONS), dtype=np.float32)
+    n = 0
+    with conn.transaction(), conn.cursor(name="vectors") as cursor:
+        cursor.itersize = 20_000
+        cursor.execute(
+            "SELECT id, embedding FROM memory_memory WHERE agent_id = %s AND archived_at IS NULL "
+            "AND embedding IS NOT NULL ORDER BY id",
+            [agent.id],
+        )
+        for memory_id, vector in cursor:
+            ids[n] = memory_id
+            vectors[n] = vector.to_numpy() if hasattr(vector, "to_numpy") else vector
+            n += 1
+    return ids[:n], vectors[:n]
+
+
+def exact_filtered(
+    conn: Any, agent: AgentRows, parsed: Any, queries: Sequence[Query], every: tuple[Array, Array]
+) -> tuple[list[Neighbours], float]:
+    """Each query's exact nearest rows among the agent's rows passing the filter (found by SQL,
+    ranked by numpy), and the share of the agent's rows the filter keeps."""
+    from memory.search.plans import ACTIVE_ROWS
+
+    condition, params = parsed.sql()
+    rows = conn.execute(
+        f"SELECT id FROM memory_memory WHERE {ACTIVE_ROWS} AND ({condition})",  # noqa: S608
+        {"tenant": queries[0].agent_tenant, "agent": agent.id, "now": datetime.now(UTC), **params},
+    ).fetchall()
+    ids, vectors = every
+    kept = np.searchsorted(ids, np.array(sorted(int(r[0]) for r in rows), dtype=np.int64))
+    subset = vectors[kept]
+    answers = []
+    for q in queries:
+        distance = 1.0 - subset @ np.asarray(q.vector, dtype=np.float32)
+        top = np.argsort(distance)[:K] if len(distance) > K else np.argsort(distance)
+        answers.append([(int(ids[kept[i]]), float(distance[i])) for i in top])
+    return answers, len(kept) / max(len(ids), 1)
+
+
+def report_filtered(conn: Any, args: argparse.Namespace, queries: Sequence[Query]) -> None:
+    """recall@10 of the semantic leg against exact, the plans, and the database part of a
+    search (p50/p95), for each filter of filtered_cases over the big agent."""
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from ledger.models import Agent
+    from memory.search import legs as search
+    from memory.search.filters import filter_parse
+
+    big = queries[0].agent
+    agent = Agent.objects.get(pk=big.id)
+    for q in queries:
+        q.agent_tenant = agent.tenant_id
+    every = agent_vectors(conn, big) if not args.skip_recall else None
+    say(f"filtered search over the big agent, {len(queries)} queries per case; "
+        f"load {load_average()}")  # fmt: skip
+    for label, raw in filtered_cases(big.count):
+        parsed = filter_parse(raw)
+        line = f"  {label:48}"
+        if every is not None:
+            exact, share = exact_filtered(conn, big, parsed, queries, every)
+            result = Recall([], [])
+            sql = search.dense_leg_sql(big.count, parsed)
+            for q, answer in zip(queries, exact, strict=True):
+                _, params = search.memory_candidates_query(
+                    agent=agent, query=q.text, vector=q.vector, filters=parsed, now=timezone.now()
+                )
+                with transaction.atomic(), connection.cursor() as cursor:
+                    hnsw_scan_configure(
+                        cursor, ef_search=params["ef_search"], order=SEMANTIC_LEG_ORDER
+                    )
+                    cursor.execute(sql, params)
+                    found = [int(r[0]) for r in cursor.fetchall()]
+                nearest = sorted(with_distances(conn, found, q.vector), key=lambda p: p[1])[:K]
+                strict, tolerant = recall_of(nearest, answer)
+                result.strict.append(strict)
+                result.tolerant.append(tolerant)
+            exact_path = share * big.count <= search.FILTERED_EXACT_MAX_ROWS
+            line += (f" keeps {share:6.2%}; {'exact' if exact_path else 'HNSW '}; "
+                     f"{result.line()}")  # fmt: skip
+        print(line, flush=True)
+        # Alternated rounds with and without the bounded read that picks the exact plan (the
+        # baseline: straight to the HNSW index, as before the filter language).
+        latency: list[float] = []
+        baseline: list[float] = []
+        saved = search.FILTERED_EXACT_MAX_ROWS
+        for round_number in range(2):
+            for probe in (True, False) if round_number == 0 else (False, True):
+                search.FILTERED_EXACT_MAX_ROWS = saved if probe else 0
+                try:
+                    (latency if probe else baseline).extend(time_candidates_sql(queries, parsed))
+                finally:
+                    search.FILTERED_EXACT_MAX_ROWS = saved
+        p95 = percentile(latency, 0.95)
+        print(
+            f"      database part {spread(latency)} ms; target p95 <= {TARGET_DB_P95_MS:.0f} ms: "
+            f"{verdict(p95 <= TARGET_DB_P95_MS)}\n"
+            f"      straight to HNSW {spread(baseline)} ms; median ratio "
+            f"{statistics.median(latency) / statistics.median(baseline):.2f}",
+            flush=True,
+        )
+        if args.explain:
+            for text in explain_candidates_sql(queries[0], parsed):
+                print("      " + text)
+
+
 def run(stack: Stack, args: argparse.Namespace, summary: dict[str, Any]) -> None:
     global WARM_EVERY_QUERY
     WARM_EVERY_QUERY = args.warm
-    from memory.search.legs import SearchFilters
+    from memory.search.filters import filter_parse
 
     conn = raw_connection()
     check_copy_columns(conn)
@@ -1063,9 +1256,13 @@ def run(stack: Stack, args: argparse.Namespace, summary: dict[str, Any]) -> None
         tenant, agents = loaded
         key = stack.admin_key_for(tenant)
         say(f"reusing the {sum(a.count for a in agents):,} memories already in {args.data_dir}")
+        finish_load(conn, args, agents)
     else:
         tenant, key = stack.tenant_with_admin_key(slug="bench-scale")
         agents = load_dataset(conn, args, tenant, synthetic, summary)
+        if args.load_only:
+            say("loaded; measure it with --reuse")
+            return
     # Queries around the same topics, drawn the same whether or not the data was loaded now.
     synthetic.rng = np.random.default_rng(args.seed + 1)
     queries_rng_vectors, query_clusters = synthetic.vectors(args.queries * 2)
@@ -1083,9 +1280,13 @@ def run(stack: Stack, args: argparse.Namespace, summary: dict[str, Any]) -> None
         )
         for i in range(args.queries)
     ]
-    flagged = SearchFilters(tags=(FLAG_TAG,))
-    unfiltered = SearchFilters()
+    flagged = filter_parse({"tags": [FLAG_TAG]})
+    unfiltered = filter_parse(None)
 
+    if args.filtered:
+        report_filtered(conn, args, big_queries)
+        conn.close()
+        return
     if not args.skip_recall:
         report_recall(conn, args, tenant.pk, agents, big_queries, small_queries, summary)
 

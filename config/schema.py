@@ -39,6 +39,8 @@ OPERATION_NAMES = {
     "context_create": "context_assemble",
     "events_batch_create": "events_create_batch",
     "memories_batch_create": "memories_create_batch",
+    "memories_bulk_update_create": "memories_bulk_update",
+    "memories_bulk_delete_create": "memories_bulk_delete",
     "memories_search_create": "memories_search",
     "kb_search_create": "kb_search",
     "recall_create": "recall",

@@ -304,6 +304,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "config.schema.document_error_responses",
+        "memory.search.filter_schema.add_filter_components",
     ],
     "ENUM_NAME_OVERRIDES": {
         "ApiKeyRoleEnum": "ledger.models.Role",

@@ -47,12 +47,33 @@ def test_no_component_is_named_request_twice():
 def test_search_filters_and_weights_are_components_with_fields():
     search = COMPONENTS["SearchRequest"]["properties"]
 
-    for field, names in [
-        ("filters", {"session_id", "memory_type", "tags", "metadata"}),
-        ("weights", {"similarity", "recency", "importance", "source_priority"}),
-    ]:
-        component = search[field]["allOf"][0]["$ref"].rsplit("/", 1)[1]
-        assert set(COMPONENTS[component]["properties"]) == names
+    weights = search["weights"]["allOf"][0]["$ref"].rsplit("/", 1)[1]
+    assert set(COMPONENTS[weights]["properties"]) == {
+        "similarity",
+        "recency",
+        "importance",
+        "source_priority",
+    }
+    filters = search["filters"]
+    ref = filters["allOf"][0]["$ref"] if "allOf" in filters else filters["$ref"]
+    assert ref == "#/components/schemas/MemoryFilter"
+
+
+def test_the_filter_component_has_every_field_and_operator_the_parser_takes():
+    from memory.search.filters import FIELDS
+
+    properties = COMPONENTS["MemoryFilter"]["properties"]
+    assert set(properties) == {*FIELDS, "AND", "OR", "NOT"}
+    assert properties["NOT"]["$ref"] == "#/components/schemas/MemoryFilter"
+    for name, spec in FIELDS.items():
+        if spec.kind == "metadata":
+            condition = properties[name]["additionalProperties"]["oneOf"][0]["$ref"]
+        else:
+            condition = properties[name]["oneOf"][0]["$ref"]
+        operators = COMPONENTS[condition.rsplit("/", 1)[1]]["properties"]
+        assert set(spec.ops) <= set(operators), name
+    listed = {p["name"]: p for p in SCHEMA["paths"]["/api/v1/memories/"]["get"]["parameters"]}
+    assert listed["filter"]["schema"]["$ref"] == "#/components/schemas/MemoryFilter"
 
 
 def test_error_codes_are_an_enum_of_codes_the_code_raises():

@@ -158,6 +158,15 @@ def _type_module(components: dict[str, Any], names: list[str], imported: list[st
             continue
         props = schema.get("properties", {})
         required = set(schema.get("required", []))
+        if any(keyword.iskeyword(f) or not f.isidentifier() for f in props):
+            # A field named like a keyword ("in"): only the functional form can spell it.
+            fields = ", ".join(
+                f"{field!r}: "
+                + (py_type(spec) if field in required else f"NotRequired[{py_type(spec)}]")
+                for field, spec in props.items()
+            )
+            lines.append(f'\n\n{name} = TypedDict("{name}", {{{fields}}})\n')
+            continue
         lines.append(f"\n\nclass {name}(TypedDict):\n")
         doc = schema.get("description")
         if doc:
@@ -249,7 +258,9 @@ def operations(schema: dict[str, Any]) -> list[Operation]:
                 continue
             path_params, query_params = [], []
             for p in op.get("parameters", []):
-                param = Param(p["name"], py_type(p.get("schema", {})), p.get("description", ""))
+                param = Param(
+                    p["name"], py_type(p.get("schema", {}), "types."), p.get("description", "")
+                )
                 if p["in"] == "path":
                     # A view with a lookup_value_regex is published as a string path parameter
                     # even where the ids are numbers (rounds, trust, proposals): take both.

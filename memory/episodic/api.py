@@ -4,6 +4,7 @@ act for one agent named in the body."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -27,9 +28,13 @@ from ledger.models import Agent, Event, Role
 from ledger.scoping import TenantScopedViewSet
 from ledger.selectors import agent_named
 from memory.consolidation.services import memories_supersede
+from memory.episodic.bulk import memories_bulk_delete, memories_bulk_update
 from memory.episodic.selectors import memory_events, memory_history, memory_stored_event
 from memory.episodic.serializers import (
     MemoryBatchSerializer,
+    MemoryBulkDeleteSerializer,
+    MemoryBulkResultSerializer,
+    MemoryBulkUpdateSerializer,
     MemoryHistorySerializer,
     MemoryInputSerializer,
     MemorySerializer,
@@ -37,7 +42,6 @@ from memory.episodic.serializers import (
     MemoryStoreSerializer,
     MemorySupersedeSerializer,
     MemoryUpdateSerializer,
-    validity_from_query,
 )
 from memory.episodic.services import (
     MEMORY_REASON_MAX_CHARS,
@@ -45,8 +49,11 @@ from memory.episodic.services import (
     memory_delete,
     memory_update,
 )
+from memory.episodic.validity import validity_from_query
 from memory.models import Memory
 from memory.search.api import MemorySearchActions
+from memory.search.filter_schema import FILTER_REF
+from memory.search.filters import MemoryFilter, filter_parse
 
 
 class NewestFirstCursorPagination(CursorPagination):
@@ -91,19 +98,34 @@ def agent_for_caller(principal: ApiPrincipal, name: str | None) -> Agent:
     return agent
 
 
-def metadata_filter(raw: str) -> dict[str, Any]:
-    """The ``metadata`` query parameter: a JSON object the listed memories' metadata contains
-    (PostgreSQL's ``@>``, as search's ``filters.metadata``)."""
+def _json_param(name: str, raw: str, example: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except ValueError:
         value = None
     if not isinstance(value, dict):
         raise ApiError(
-            code="invalid_filter",
-            message='metadata must be a JSON object, e.g. {"source": "slack"}.',
+            code="invalid_filter", message=f"{name} must be a JSON object, e.g. {example}."
         )
     return value
+
+
+def list_filter(params: Mapping[str, str]) -> MemoryFilter:
+    """The list's query parameters as one filter: ``filter`` (the language of
+    memory.search.filters, as JSON) ANDed with the older fixed ones, which are compiled into it
+    (``tag`` is one tag the memories carry; ``metadata`` a JSON object their metadata contains)."""
+    fixed: dict[str, Any] = {
+        name: params[name] for name in ("session_id", "memory_type") if name in params
+    }
+    if "tag" in params:
+        fixed["tags"] = params["tag"]
+    if "metadata" in params:
+        contained = _json_param("metadata", params["metadata"], '{"source": "slack"}')
+        fixed["metadata"] = {key: {"eq": value} for key, value in contained.items()}
+    parts = [fixed] if fixed else []
+    if "filter" in params:
+        parts.append(_json_param("filter", params["filter"], '{"importance": {"gte": 0.5}}'))
+    return filter_parse({"AND": parts} if len(parts) > 1 else (parts[0] if parts else None))
 
 
 @extend_schema_view(
@@ -114,6 +136,11 @@ def metadata_filter(raw: str) -> dict[str, Any]:
             OpenApiParameter("session_id", str),
             OpenApiParameter("memory_type", str),
             OpenApiParameter("tag", str, description="Memories carrying this tag"),
+            OpenApiParameter(
+                "filter",
+                FILTER_REF,
+                description="A filter as JSON (docs/filters.md), ANDed with the ones above",
+            ),
             OpenApiParameter(
                 "metadata",
                 str,
@@ -173,6 +200,16 @@ def metadata_filter(raw: str) -> dict[str, Any]:
             )
         ],
     ),
+    bulk_update=extend_schema(
+        summary="Update memories chosen by ids, a filter or all, one event each (or a dry run)",
+        request=MemoryBulkUpdateSerializer,
+        responses=MemoryBulkResultSerializer,
+    ),
+    bulk_delete=extend_schema(
+        summary="Delete memories chosen by ids, a filter or all, shredding each (or a dry run)",
+        request=MemoryBulkDeleteSerializer,
+        responses=MemoryBulkResultSerializer,
+    ),
     history=extend_schema(
         summary="A memory's changes with their values before and after, oldest first",
         description="Every store, update, archiving, expiry and deletion of the memory, with who "
@@ -200,6 +237,8 @@ class MemoryViewSet(
             "search",
             "history",
             "supersede",
+            "bulk_update",
+            "bulk_delete",
         }
     )
 
@@ -209,13 +248,8 @@ class MemoryViewSet(
         params = self.request.query_params
         if "agent" in params:
             queryset = queryset.filter(agent__name=params["agent"])
-        for field in ("session_id", "memory_type"):
-            if field in params:
-                queryset = queryset.filter(**{field: params[field]})
-        if "tag" in params:
-            queryset = queryset.filter(tags__contains=[params["tag"]])
-        if "metadata" in params:
-            queryset = queryset.filter(metadata__contains=metadata_filter(params["metadata"]))
+        if self.action == "list":
+            queryset = queryset.filter(list_filter(params).q())
         if self.action == "destroy":
             return queryset  # an expired or archived memory can still be deleted
         now = timezone.now()
@@ -288,6 +322,32 @@ class MemoryViewSet(
             )
         memory_delete(memory=self.get_object(), actor=self.principal.actor, reason=reason)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @action(detail=False, methods=["post"], url_path="bulk-update")
+    def bulk_update(self, request: Request) -> Response:
+        serializer = MemoryBulkUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        outcome = memories_bulk_update(
+            agent=agent_for_caller(self.principal, serializer.validated_data.get("agent")),
+            selection=serializer.selection(),
+            changes=serializer.changes_asked(),
+            actor=self.principal.actor,
+            dry_run=serializer.validated_data["dry_run"],
+        )
+        return Response(MemoryBulkResultSerializer(outcome).data)
+
+    @action(detail=False, methods=["post"], url_path="bulk-delete")
+    def bulk_delete(self, request: Request) -> Response:
+        serializer = MemoryBulkDeleteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        outcome = memories_bulk_delete(
+            agent=agent_for_caller(self.principal, serializer.validated_data.get("agent")),
+            selection=serializer.selection(),
+            actor=self.principal.actor,
+            reason=serializer.validated_data["reason"],
+            dry_run=serializer.validated_data["dry_run"],
+        )
+        return Response(MemoryBulkResultSerializer(outcome).data)
 
     # Read from the ledger, not the row: a deleted memory keeps its history.
     @action(detail=True, methods=["get"], pagination_class=LedgerOrderCursorPagination)

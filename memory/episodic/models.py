@@ -116,6 +116,12 @@ class Memory(models.Model):
                 condition=models.Q(archived_at__isnull=True),
                 name="memory_agent_sketch",
             ),
+            # Filters (memory.search.filters): occurred_at windows of one agent, and metadata
+            # keys by value (@>) or path (@?), jsonb_path_ops being the smaller, faster GIN for
+            # exactly those operators. A selective filter's rows come from these, sorted by
+            # distance exactly (memory.search.legs.FILTERED_EXACT_MAX_ROWS).
+            models.Index(fields=["tenant", "agent", "occurred_at"], name="memory_agent_occurred"),
+            GinIndex(fields=["metadata"], opclasses=["jsonb_path_ops"], name="memory_metadata"),
             GinIndex(fields=["tags"], name="memory_tags"),
             # Each keyword document's lexemes keyed by the agent ("43:budget"), so the keyword leg
             # reads the postings of one agent's lexemes only. A GIN index over (agent, document)

@@ -1,20 +1,23 @@
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.api import ApiError
 from memory.consolidation.services import SUPERSEDES_MAX, Consolidation
+from memory.episodic.bulk import (
+    BULK_MAX_MEMORIES,
+    BULK_SAMPLE_IDS,
+    BulkChanges,
+    BulkOutcome,
+    BulkSelection,
+)
 from memory.episodic.history import TRACKED_FIELDS
 from memory.episodic.services import MEMORY_REASON_MAX_CHARS, MemoryDraft
-from memory.episodic.validity import Validity
 from memory.models import Memory, MemoryRole
+from memory.search.filters import MemoryFilter, filter_parse
+from memory.search.serializers import MemoryFilterField
 
 
 class MemorySerializer(serializers.ModelSerializer[Memory]):
@@ -237,29 +240,108 @@ class MemoryUpdateSerializer(serializers.Serializer[Any]):
     )
 
 
-def validity_chosen(*, as_of: datetime | None, include_superseded: bool) -> Validity:
-    """The validity a request asks for; both at once is refused (``invalid_parameter``)."""
-    if as_of is not None and include_superseded:
-        raise ApiError(
-            code="invalid_parameter",
-            message="Give as_of (what was valid then) or include_superseded (everything), "
-            "not both.",
+# --- Bulk operations (memory.episodic.bulk) -----------------------------------------------------
+
+
+class MemoryBulkSelectionSerializer(serializers.Serializer[Any]):
+    """Which of one agent's memories: ids, a filter, or all (with confirm)."""
+
+    agent = serializers.CharField(
+        max_length=200, required=False, help_text="Agent name; implied by an agent-scoped key."
+    )
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        help_text=f"At most {BULK_MAX_MEMORIES}; ids that are not the agent's are listed in "
+        "not_found.",
+    )
+    filter = MemoryFilterField(required=False, help_text="docs/filters.md")
+    all = serializers.BooleanField(
+        required=False, default=False, help_text="Every memory of the agent (needs confirm)."
+    )
+    session_id = serializers.CharField(
+        max_length=200, required=False, help_text="With all: every memory of this session."
+    )
+    confirm = serializers.BooleanField(required=False, default=False)
+    dry_run = serializers.BooleanField(
+        required=False, default=False, help_text="Count and sample, change nothing."
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        default=BULK_MAX_MEMORIES,
+        help_text=f"Memories this request handles, at most {BULK_MAX_MEMORIES}, in id order.",
+    )
+    after = serializers.IntegerField(
+        required=False, help_text="Continue after this id (an earlier answer's continue_after)."
+    )
+
+    def validate_filter(self, value: Any) -> MemoryFilter:
+        return filter_parse(value)
+
+    def selection(self) -> BulkSelection:
+        data = self.validated_data
+        return BulkSelection(
+            ids=tuple(dict.fromkeys(data.get("ids", ()))),
+            filter=data.get("filter", MemoryFilter()),
+            everything=data["all"],
+            session_id=data.get("session_id"),
+            confirm=data["confirm"],
+            after=data.get("after"),
+            limit=data["limit"],
         )
-    return Validity(as_of=as_of, include_superseded=include_superseded)
 
 
-def validity_from_query(params: Mapping[str, str]) -> Validity:
-    """The validity of a list's query parameters ``as_of`` and ``include_superseded``."""
-    as_of = None
-    if params.get("as_of"):
-        as_of = parse_datetime(params["as_of"])
-        if as_of is None:
-            raise ApiError(
-                code="invalid_parameter",
-                message="as_of must be an ISO 8601 date and time, e.g. 2026-05-01T12:00:00Z.",
-            )
-        if timezone.is_naive(as_of):
-            as_of = timezone.make_aware(as_of, UTC)
-    return validity_chosen(
-        as_of=as_of, include_superseded=params.get("include_superseded") == "true"
+class MemoryBulkChangesSerializer(serializers.Serializer[Any]):
+    importance = serializers.FloatField(required=False, min_value=0.0, max_value=1.0)
+    tags_add = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, max_length=50
+    )
+    tags_remove = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, max_length=50
+    )
+    metadata_merge = serializers.DictField(
+        required=False, help_text="Keys set in each memory's metadata (the others stay)."
+    )
+    metadata_remove = serializers.ListField(
+        child=serializers.CharField(max_length=200), required=False, max_length=50
+    )
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="null: never expires."
+    )
+
+
+class MemoryBulkUpdateSerializer(MemoryBulkSelectionSerializer):
+    changes = MemoryBulkChangesSerializer()
+
+    def changes_asked(self) -> BulkChanges:
+        data = self.validated_data["changes"]
+        return BulkChanges(
+            importance=data.get("importance"),
+            tags_add=tuple(data.get("tags_add", ())),
+            tags_remove=tuple(data.get("tags_remove", ())),
+            metadata_merge=dict(data.get("metadata_merge", {})),
+            metadata_remove=tuple(data.get("metadata_remove", ())),
+            expires_at=data.get("expires_at"),
+            set_expires_at="expires_at" in data,
+        )
+
+
+class MemoryBulkDeleteSerializer(MemoryBulkSelectionSerializer):
+    reason = serializers.CharField(
+        max_length=500, required=False, default="", help_text="Kept in each deletion's event."
+    )
+
+
+class MemoryBulkResultSerializer(serializers.Serializer[BulkOutcome]):
+    dry_run = serializers.BooleanField()
+    matched = serializers.IntegerField(help_text="Memories the selection holds (after 'after').")
+    done = serializers.IntegerField(help_text="Memories changed or deleted by this request.")
+    ids = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text=f"Those; in a dry run, up to {BULK_SAMPLE_IDS} that would be.",
+    )
+    not_found = serializers.ListField(child=serializers.IntegerField())
+    remaining = serializers.IntegerField(help_text="Matched but left for the next request.")
+    continue_after = serializers.IntegerField(
+        allow_null=True, help_text="Send as 'after' to go on; null when nothing remains."
     )

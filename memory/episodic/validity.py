@@ -9,10 +9,15 @@ keeps every memory whatever its interval. Search (``memory.search.legs``), worki
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from config.api import ApiError
 
 # The predicate, as a condition to append to a WHERE over memory_memory, with the parameters
 # %(now)s, %(as_of)s and %(include_superseded)s (``Validity.params``). Every value is a
@@ -49,3 +54,31 @@ class Validity:
 
 
 CURRENTLY_VALID = Validity()
+
+
+def validity_chosen(*, as_of: datetime | None, include_superseded: bool) -> Validity:
+    """The validity a request asks for; both at once is refused (``invalid_parameter``)."""
+    if as_of is not None and include_superseded:
+        raise ApiError(
+            code="invalid_parameter",
+            message="Give as_of (what was valid then) or include_superseded (everything), "
+            "not both.",
+        )
+    return Validity(as_of=as_of, include_superseded=include_superseded)
+
+
+def validity_from_query(params: Mapping[str, str]) -> Validity:
+    """The validity of a list's query parameters ``as_of`` and ``include_superseded``."""
+    as_of = None
+    if params.get("as_of"):
+        as_of = parse_datetime(params["as_of"])
+        if as_of is None:
+            raise ApiError(
+                code="invalid_parameter",
+                message="as_of must be an ISO 8601 date and time, e.g. 2026-05-01T12:00:00Z.",
+            )
+        if timezone.is_naive(as_of):
+            as_of = timezone.make_aware(as_of, UTC)
+    return validity_chosen(
+        as_of=as_of, include_superseded=params.get("include_superseded") == "true"
+    )

@@ -14,7 +14,7 @@ from config.web import membership_required, partial_wanted, tenant_membership
 from ledger.models import Agent
 from memory.episodic.forms import INACTIVE, SOURCE_LABELS, ExplorerForm
 from memory.episodic.selectors import memories_inactive
-from memory.search.legs import SearchFilters
+from memory.search.filters import filter_parse
 from memory.search.ranking import SearchHit, SearchWeights
 from memory.search.selectors import memories_search
 
@@ -105,7 +105,9 @@ def explorer(request: HtmxHttpRequest) -> HttpResponse:
                 query=data["q"],
                 top_k=EXPLORER_TOP_K,
                 sources=data["sources"],
-                filters=SearchFilters(memory_type=data["memory_type"] or None),
+                filters=filter_parse(
+                    {"memory_type": data["memory_type"]} if data["memory_type"] else None
+                ),
                 record_retrieval=False,
             )
             context["hits"] = [_hit_view(hit, weights) for hit in context["outcome"].hits]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +18,7 @@ from memory.embeddings.backends import embedder_name
 from memory.episodic import policies
 from memory.episodic.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
 from memory.episodic.validity import CURRENTLY_VALID, VALIDITY_SQL, Validity
+from memory.search.filters import FILTER_COLUMNS, MemoryFilter
 from memory.search.plans import (
     LIVE_ROWS,
     SemanticPlan,
@@ -55,21 +54,6 @@ KNOWLEDGE_CANDIDATES = 50
 SEARCHED_ROWS = LIVE_ROWS + VALIDITY_SQL
 
 
-@dataclass(frozen=True)
-class SearchFilters:
-    """Narrow the agent's own memories; the other sources are not episodic and ignore these."""
-
-    session_id: str | None = None
-    memory_type: str | None = None
-    tags: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def narrowing(self) -> bool:
-        """Whether a filter beyond the session keeps an unknown share of the agent's rows."""
-        return bool(self.tags or self.metadata or self.memory_type)
-
-
 # BM25 statistics of the query's lexemes among the agent's keyword documents, with the agent's
 # totals and the table's estimated row count (one row with a NULL lexeme when the query has
 # none): what the semantic leg's plan is chosen by.
@@ -85,12 +69,6 @@ LEFT JOIN unnest(to_tsvector('english', %(query)s)) AS u ON true
 LEFT JOIN memory_memoryterm AS t ON t.agent_id = %(agent)s AND t.lexeme = u.lexeme
 """
 
-FILTER_SQL = {
-    "session_id": " AND session_id = %(session_id)s",
-    "memory_type": " AND memory_type = %(memory_type)s",
-    "tags": " AND tags @> %(tags)s::varchar[]",
-    "metadata": " AND metadata @> %(metadata)s::jsonb",
-}
 # The agent's rows holding the fetched lexemes come from the GIN index memory_agent_lexemes
 # (keys "<agent>:<lexeme>"), a few hundred at most (KEYWORD_FETCH_BUDGET), and the filters are
 # checked on those rows. OFFSET 0 keeps the filters out of the inner query: otherwise the
@@ -98,8 +76,7 @@ FILTER_SQL = {
 # tag on 200,000 of 2,000,000 rows).
 KEYWORD_LEG = """
     SELECT id FROM (
-        SELECT id, tenant_id, agent_id, archived_at, expires_at, valid_from, valid_until,
-               session_id, memory_type, tags, metadata
+        SELECT tenant_id, agent_id, archived_at, valid_from, valid_until, {filter_columns}
         FROM memory_memory
         WHERE memory_agent_lexemes(agent_id, search_vector) && %(agent_lexemes)s::text[]
         OFFSET 0
@@ -173,7 +150,7 @@ def bm25_idf(*, documents: int, df: int) -> float:
 NARROWING_FILTER_SHARE = 0.1
 
 
-def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilters) -> float:
+def semantic_share(agent_memories: int, table_rows: float, filters: MemoryFilter) -> float:
     """The share of the indexed rows the semantic leg's filters are expected to keep."""
     share = agent_memories / max(table_rows, agent_memories, 1)
     if filters.narrowing:
@@ -181,7 +158,7 @@ def semantic_share(agent_memories: int, table_rows: float, filters: SearchFilter
     return share
 
 
-def dense_leg_plan(agent_memories: int, filters: SearchFilters) -> SemanticPlan:
+def dense_leg_plan(agent_memories: int, filters: MemoryFilter) -> SemanticPlan:
     return semantic_plan(
         agent_memories,
         narrowed=filters.narrowing,
@@ -189,29 +166,75 @@ def dense_leg_plan(agent_memories: int, filters: SearchFilters) -> SemanticPlan:
     )
 
 
-def dense_candidates(agent_memories: int, filters: SearchFilters) -> int:
+def dense_candidates(agent_memories: int, filters: MemoryFilter) -> int:
     """How many rows the semantic leg asks for."""
     if filters.narrowing and dense_leg_plan(agent_memories, filters) is SemanticPlan.INDEX:
         return MEMORY_DENSE_CANDIDATES_NARROWED
     return MEMORY_DENSE_CANDIDATES
 
 
-def dense_leg_sql(agent_memories: int, filters: SearchFilters) -> str:
+def dense_leg_sql(agent_memories: int, filters: MemoryFilter) -> str:
     """The semantic leg for an agent of this size under these filters (the plan chosen by
     memory.search.plans.semantic_plan)."""
     plan = dense_leg_plan(agent_memories, filters)
-    return nearest_rows_sql(filtered_where(filters), plan, limit="dense_k")
+    where = filtered_where(filters)
+    if plan is SemanticPlan.INDEX and filters.narrowing:
+        return filtered_nearest_sql(where, filtered_where(filters, opaque=True))
+    return nearest_rows_sql(where, plan, limit="dense_k")
 
 
-def keyword_leg_sql(filters: SearchFilters) -> str:
-    return KEYWORD_LEG.format(where=filtered_where(filters))
+# A filter that keeps at most this many of a large agent's rows is answered exactly: its rows
+# (found through the filter's own indexes) sorted by distance. Past it, the HNSW index with
+# iterative scans; below it, the index would walk about agent rows / kept rows entries for each
+# one it returns and stop at hnsw.max_scan_tuples with too few (bench/memory_scale.py).
+FILTERED_EXACT_MAX_ROWS = 2000
+# One statement: the bounded read of ids decides, and each branch's gate (a one-time filter on
+# an InitPlan) keeps the other from running at all. The exact branch reads the few rows again by
+# primary key; "+ 0" keeps the HNSW index from serving its order.
+FILTERED_NEAREST = """
+WITH few AS MATERIALIZED (
+    SELECT id FROM memory_memory WHERE {where} AND embedding IS NOT NULL LIMIT {most} + 1
+)
+(SELECT id FROM memory_memory
+ WHERE id = ANY(ARRAY(SELECT id FROM few)) AND (SELECT count(*) FROM few) <= {most}
+ ORDER BY (embedding <=> %(vector)s::vector) + 0 LIMIT %(dense_k)s)
+UNION ALL
+({index_scan})"""
 
 
-def filtered_where(filters: SearchFilters) -> str:
-    """The agent's active memories, narrowed by the filters given (a SQL condition)."""
-    return SEARCHED_ROWS + "".join(
-        clause for name, clause in FILTER_SQL.items() if getattr(filters, name)
+def filtered_nearest_sql(where: str, opaque_where: str) -> str:
+    """The nearest rows of a large agent under a filter that keeps an unknown share of them:
+    exact when it keeps few (FILTERED_EXACT_MAX_ROWS), through the HNSW index otherwise.
+
+    The index branch checks the filter as ``opaque_where``, which no index can serve: it runs
+    only once the filter is known to keep many rows, and then the HNSW scan is the plan wanted,
+    whatever the planner estimates (a metadata condition's estimate is a constant: 0.1 % of
+    the rows, were it 25 %, a bitmap read and sort of all of them would win)."""
+    most = FILTERED_EXACT_MAX_ROWS
+    if most <= 0:
+        return nearest_rows_sql(opaque_where, SemanticPlan.INDEX, limit="dense_k")
+    gated = f"{opaque_where} AND (SELECT count(*) FROM few) > {most}"  # noqa: S608
+    return FILTERED_NEAREST.format(
+        where=where,
+        most=most,
+        index_scan=nearest_rows_sql(gated, SemanticPlan.INDEX, limit="dense_k"),
     )
+
+
+def keyword_leg_sql(filters: MemoryFilter) -> str:
+    return KEYWORD_LEG.format(
+        where=filtered_where(filters), filter_columns=", ".join(FILTER_COLUMNS)
+    )
+
+
+def filtered_where(filters: MemoryFilter, *, opaque: bool = False) -> str:
+    """The agent's active memories, narrowed by the filter given (a SQL condition whose
+    parameters are ``filters.sql()``'s); ``opaque``: written so that no index serves the filter
+    (the same rows: a WHERE keeps only what is true)."""
+    condition, _ = filters.sql()
+    if filters.root is None:
+        return SEARCHED_ROWS
+    return f"{SEARCHED_ROWS} AND ({condition}){' IS TRUE' if opaque else ''}"
 
 
 def memory_candidates_query(
@@ -219,7 +242,7 @@ def memory_candidates_query(
     agent: Agent,
     query: str,
     vector: Sequence[float] | None,
-    filters: SearchFilters,
+    filters: MemoryFilter,
     now: datetime,
     validity: Validity = CURRENTLY_VALID,
     when: QueryTime | None = None,
@@ -266,10 +289,7 @@ def memory_candidates_query(
         "avgdl": positions / documents if documents else 1.0,
         "decay_base": DECAY_BASE,
         "week": SECONDS_PER_WEEK,
-        "session_id": filters.session_id,
-        "memory_type": filters.memory_type,
-        "tags": list(filters.tags),
-        "metadata": json.dumps(filters.metadata),
+        **filters.sql()[1],
         "time_pattern": TIME_EXPRESSION_SQL_PATTERN,
     }
     dense = dense_leg_sql(documents, filters)
@@ -292,7 +312,7 @@ def memory_candidates(
     agent: Agent,
     query: str,
     vector: Sequence[float] | None,
-    filters: SearchFilters,
+    filters: MemoryFilter,
     now: datetime,
     validity: Validity = CURRENTLY_VALID,
     when: QueryTime | None = None,

@@ -39,8 +39,8 @@ from config.sql import row_named, rows_named
 from ledger.models import Agent
 from memory.embeddings.backends import EmbeddingUnavailable, embed_query
 from memory.episodic.validity import CURRENTLY_VALID, Validity
+from memory.search.filters import MemoryFilter
 from memory.search.legs import (
-    SearchFilters,
     event_candidates,
     knowledge_base_candidates,
     memory_candidates,
@@ -128,7 +128,7 @@ def memories_search(
     query: str,
     top_k: int = 5,
     sources: Sequence[str] = SOURCES,
-    filters: SearchFilters | None = None,
+    filters: MemoryFilter | None = None,
     weights: SearchWeights | None = None,
     threshold: float | None = None,
     now: datetime | None = None,
@@ -158,7 +158,7 @@ def memories_search(
         query=query,
         vector=vector,
         sources=sources,
-        filters=filters or SearchFilters(),
+        filters=filters or MemoryFilter(),
         now=moment,
         when=when,
         validity=validity,
@@ -190,7 +190,7 @@ def search_candidates(
     query: str,
     vector: Sequence[float] | None,
     sources: Sequence[str],
-    filters: SearchFilters,
+    filters: MemoryFilter,
     now: datetime,
     when: QueryTime,
     validity: Validity = CURRENTLY_VALID,

@@ -11,26 +11,13 @@ from rest_framework import serializers
 
 from config.api import ApiError
 from memory.embeddings.backends import embedding_problem, unit_vector
-from memory.episodic.serializers import validity_chosen
-from memory.search.legs import SearchFilters
+from memory.episodic.validity import validity_chosen
+from memory.search.filter_schema import FILTER_REF
+from memory.search.filters import MemoryFilter, filter_parse
 from memory.search.ranking import SOURCES, SearchHit, SearchWeights
 
 
-# The shapes of ``filters`` and ``weights`` for the schema; ``validate_filters`` and
-# ``validate_weights`` check them, each with its own error code.
-class SearchFiltersSerializer(serializers.Serializer[Any]):
-    """Narrows the agent's own memories; the other sources ignore it."""
-
-    session_id = serializers.CharField(required=False)
-    memory_type = serializers.CharField(required=False)
-    tags = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="Memories with all of these."
-    )
-    metadata = serializers.DictField(
-        required=False, help_text="Memories whose metadata contains this object."
-    )
-
-
+# The shape of ``weights`` for the schema; ``validate_weights`` checks it with its own code.
 class SearchWeightsSerializer(serializers.Serializer[Any]):
     """Ranking weights, each 0 to 100; an omitted one keeps the deployment's default."""
 
@@ -40,8 +27,8 @@ class SearchWeightsSerializer(serializers.Serializer[Any]):
     source_priority = serializers.FloatField(required=False, min_value=0, max_value=100)
 
 
-@extend_schema_field(SearchFiltersSerializer)
-class SearchFiltersField(serializers.JSONField):
+@extend_schema_field(FILTER_REF)
+class MemoryFilterField(serializers.JSONField):
     pass
 
 
@@ -63,10 +50,10 @@ class SearchRequestSerializer(serializers.Serializer[Any]):
     sources = serializers.ListField(
         child=serializers.CharField(), required=False, help_text=f"Subset of {list(SOURCES)}."
     )
-    filters = SearchFiltersField(
+    filters = MemoryFilterField(
         required=False,
-        help_text="Over the agent's memories: session_id, memory_type, tags (all of), "
-        "metadata (contains).",
+        help_text="Narrows the agent's own memories (the other sources ignore it): fields, "
+        "operators and AND / OR / NOT (docs/filters.md).",
     )
     weights = SearchWeightsField(
         required=False,
@@ -134,33 +121,8 @@ class SearchRequestSerializer(serializers.Serializer[Any]):
             raise ApiError(code="invalid_threshold", message="threshold must be in [-1, 1].")
         return value
 
-    def validate_filters(self, value: Any) -> SearchFilters:
-        problem = ApiError(
-            code="invalid_filters",
-            message="filters must be an object with session_id and memory_type (strings), "
-            "tags (a list of strings) and metadata (an object).",
-        )
-        if not isinstance(value, dict) or set(value) - {
-            "session_id",
-            "memory_type",
-            "tags",
-            "metadata",
-        }:
-            raise problem
-        tags = value.get("tags", [])
-        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-            raise problem
-        if not isinstance(value.get("metadata", {}), dict):
-            raise problem
-        for name in ("session_id", "memory_type"):
-            if name in value and not isinstance(value[name], str):
-                raise problem
-        return SearchFilters(
-            session_id=value.get("session_id"),
-            memory_type=value.get("memory_type"),
-            tags=tuple(tags),
-            metadata=value.get("metadata", {}),
-        )
+    def validate_filters(self, value: Any) -> MemoryFilter:
+        return filter_parse(value)
 
     def validate_weights(self, value: Any) -> SearchWeights:
         defaults = SearchWeights.configured()

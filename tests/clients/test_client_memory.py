@@ -4,7 +4,7 @@ recall and reflections, and the content store, as an agent-scoped key uses them.
 from __future__ import annotations
 
 import pytest
-from ledgered_memory import AsyncClient, BadRequestError, Client, NotFoundError
+from ledgered_memory import AsyncClient, BadRequestError, Client, NotFoundError, types
 
 from memory.models import Memory
 from tests.clients.threads import run_async
@@ -84,6 +84,34 @@ def test_a_changed_fact_supersedes_the_old_one_through_the_client(agent: Client)
     with pytest.raises(BadRequestError) as caught:
         agent.memories_supersede(later["id"], supersedes=[gbp["id"]])
     assert caught.value.code == "invalid_supersedes"
+
+
+def test_it_filters_lists_and_searches_and_changes_memories_in_bulk(agent: Client):
+    agent.memories_create_batch(
+        memories=[
+            {"content": f"Invoice {n} for acme.", "importance": n / 10,
+             "metadata": {"customer": "acme", "n": n}}
+            for n in range(6)
+        ]
+    )  # fmt: skip
+    wanted: types.MemoryFilter = {"metadata": {"n": {"gte": 3}}, "importance": {"lt": 0.5}}
+
+    listed = agent.memories_list(filter=wanted)
+    found = agent.memories_search(query="invoice for acme", top_k=10, filters=wanted)
+    dry = agent.memories_bulk_delete(filter={"metadata": {"n": {"in": [0, 1]}}}, dry_run=True)
+    updated = agent.memories_bulk_update(filter=wanted, changes={"tags_add": ["late"]})
+    deleted = agent.memories_bulk_delete(filter={"tags": "late"}, idempotency_key="late-1")
+
+    late = ["Invoice 3 for acme.", "Invoice 4 for acme."]
+    assert sorted(m["content"] for m in listed.results) == late
+    assert sorted(hit["content"] for hit in found["results"]) == late
+    assert (dry["matched"], dry["done"], len(dry["ids"])) == (2, 0, 2)
+    assert updated["done"] == 2
+    assert deleted["ids"] == updated["ids"]
+    assert Memory.objects.count() == 4
+    with pytest.raises(BadRequestError) as refused:
+        agent.memories_bulk_delete(all=True)
+    assert refused.value.code == "confirmation_required"
 
 
 def test_it_refuses_bad_memories_with_the_servers_code(agent: Client):

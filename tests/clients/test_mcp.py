@@ -100,6 +100,16 @@ async def _every_tool(session: ClientSession, *, others_memory: int) -> dict[str
     seen["deleted_history"] = await call("memory_history", memory_id=doomed["id"])
     foreign_history = await session.call_tool("memory_history", {"memory_id": others_memory})
     seen["foreign_history"] = (foreign_history.isError, foreign_history.content[0].text)
+    question = {"query": "when is staging restored?", "sources": ["agent_memory"]}
+    seen["filtered_in"] = await call("search_memories", **question, filters={"tags": "ops"})
+    seen["filtered_out"] = await call(
+        "search_memories", **question, filters={"NOT": {"tags": {"in": ["ops"]}}}
+    )
+    seen["bulk_dry"] = await call("delete_memories", filter={"tags": "ops"}, dry_run=True)
+    seen["bulk_updated"] = await call("update_memories", filter={"tags": "ops"}, tags_add=["seen"])
+    seen["bulk_listed"] = await call("list_memories", filter={"tags": "seen"})
+    await call("store_memory", content="A scratch note to throw away.", tags=["scratch"])
+    seen["bulk_deleted"] = await call("delete_memories", filter={"tags": "scratch"})
     foreign = await session.call_tool("delete_memory", {"memory_id": others_memory})
     seen["foreign"] = (foreign.isError, foreign.content[0].text)
     log = "\n".join(f"step {n}: ok" for n in range(100)) + "\nstep 100: FAILED timeout"
@@ -164,6 +174,14 @@ def _check_every_tool(seen: dict[str, Any]) -> None:
     assert "plant needs water" not in json.dumps(seen["deleted_history"])
     assert seen["foreign_history"][0]
     assert "not_found" in seen["foreign_history"][1]
+    assert [hit["id"] for hit in seen["filtered_in"]] == [seen["stored"]["id"]]
+    assert seen["filtered_out"] == []
+    assert (seen["bulk_dry"]["matched"], seen["bulk_dry"]["done"]) == (1, 0)
+    assert seen["bulk_updated"]["ids"] == [seen["stored"]["id"]]
+    assert kept.tags == ["ops", "seen"]
+    assert [m["id"] for m in seen["bulk_listed"]["memories"]] == [seen["stored"]["id"]]
+    assert seen["bulk_deleted"]["done"] == 1
+    assert not Memory.objects.filter(tags__contains=["scratch"]).exists()
     is_error, text = seen["foreign"]
     assert is_error
     assert "not_found" in text

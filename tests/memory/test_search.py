@@ -16,8 +16,9 @@ from memory.episodic.lifecycle import memories_expire
 from memory.episodic.services import MemoryDraft, memories_store, memory_delete, memory_update
 from memory.models import Memory, MemorySearchTotals, MemoryTerm
 from memory.search import plans as selectors
+from memory.search.filters import MemoryFilter, filter_parse
 from memory.search.legs import (
-    SearchFilters,
+    filtered_nearest_sql,
     filtered_where,
     memory_candidates_query,
     semantic_share,
@@ -202,9 +203,9 @@ def test_filters_narrow_to_tags_metadata_session_and_type(agent):
             for h in memories_search(agent=agent, query="deploy", top_k=10, filters=filters).hits
         }
 
-    assert found(SearchFilters(tags=("web",))) == {"deploy the web app"}
-    assert found(SearchFilters(metadata={"team": "red"})) == {"deploy the api"}
-    assert found(SearchFilters(session_id="s2")) == {"deploy the docs"}
+    assert found(filter_parse({"tags": ["web"]})) == {"deploy the web app"}
+    assert found(filter_parse({"metadata": {"team": "red"}})) == {"deploy the api"}
+    assert found(filter_parse({"session_id": "s2"})) == {"deploy the docs"}
 
 
 def test_filters_that_remove_most_rows_still_give_the_exact_top_k(agent):
@@ -221,7 +222,7 @@ def test_filters_that_remove_most_rows_still_give_the_exact_top_k(agent):
         agent=agent,
         query="status update",
         top_k=5,
-        filters=SearchFilters(tags=("rare",)),
+        filters=filter_parse({"tags": ["rare"]}),
         weights=SearchWeights(1, 0, 0, 0),
     ).hits
 
@@ -233,24 +234,24 @@ def test_the_index_is_asked_with_a_candidate_list_as_wide_as_the_filters_are_nar
     assert hnsw_ef_search(0.5) == 200  # half the rows pass: the floor
     assert hnsw_ef_search(0.16) == 250
     assert hnsw_ef_search(0.01) == 400  # the ceiling
-    assert semantic_share(1000, 2000, SearchFilters()) == 0.5
-    assert semantic_share(1000, 2000, SearchFilters(tags=("x",))) == pytest.approx(0.05)
+    assert semantic_share(1000, 2000, filter_parse(None)) == 0.5
+    assert semantic_share(1000, 2000, filter_parse({"tags": ["x"]})) == pytest.approx(0.05)
     # The table's row estimate can lag behind an agent that just grew.
-    assert semantic_share(1000, 10, SearchFilters()) == 1.0
+    assert semantic_share(1000, 10, filter_parse(None)) == 1.0
 
 
 @pytest.mark.parametrize(
     ("threshold", "query", "filters", "plan"),
     [
         # A small agent: its sign-bit sketches from the covering index, re-ranked exactly.
-        (20_000, "status", SearchFilters(), SemanticPlan.SKETCH),
+        (20_000, "status", filter_parse(None), SemanticPlan.SKETCH),
         # A small agent under a filter the covering index cannot answer: its rows, sorted.
-        (20_000, "status", SearchFilters(tags=("x",)), SemanticPlan.SCAN),
-        (0, "status", SearchFilters(), SemanticPlan.INDEX),  # a large one: the index
-        (0, "status", SearchFilters(tags=("x",)), SemanticPlan.INDEX),
-        (0, "status", SearchFilters(session_id="s1"), SemanticPlan.SCAN),  # one session
+        (20_000, "status", filter_parse({"tags": ["x"]}), SemanticPlan.SCAN),
+        (0, "status", filter_parse(None), SemanticPlan.INDEX),  # a large one: the index
+        (0, "status", filter_parse({"tags": ["x"]}), SemanticPlan.INDEX),
+        (0, "status", filter_parse({"session_id": "s1"}), SemanticPlan.SCAN),  # one session
         # A query of stop words alone still counts the agent's memories.
-        (0, "the of and", SearchFilters(), SemanticPlan.INDEX),
+        (0, "the of and", filter_parse(None), SemanticPlan.INDEX),
     ],
 )
 def test_the_semantic_leg_leaves_the_index_to_agents_with_many_memories(
@@ -263,20 +264,26 @@ def test_the_semantic_leg_leaves_the_index_to_agents_with_many_memories(
         agent=agent, query=query, vector=[1.0] + [0.0] * 383, filters=filters, now=timezone.now()
     )
 
-    assert nearest_rows_sql(filtered_where(filters), plan, limit="dense_k") in sql
+    if plan is SemanticPlan.INDEX and filters.narrowing:  # exact when the filter keeps few
+        assert (
+            filtered_nearest_sql(filtered_where(filters), filtered_where(filters, opaque=True))
+            in sql
+        )
+    else:
+        assert nearest_rows_sql(filtered_where(filters), plan, limit="dense_k") in sql
     assert params["ef_search"] >= 200
     # The index walks about 1 / share rows per row returned under a tag filter: it asks for
     # fewer there.
-    assert params["dense_k"] == (50 if plan is SemanticPlan.INDEX and filters.tags else 100)
+    assert params["dense_k"] == (50 if plan is SemanticPlan.INDEX and filters.narrowing else 100)
 
 
 @pytest.mark.parametrize(
     ("filters", "expected"),
     [
-        (SearchFilters(tags=("flagged",)), {"budget review, flagged"}),
-        (SearchFilters(metadata={"team": "red"}), {"budget review, red team"}),
-        (SearchFilters(memory_type="fact"), {"budget review, a fact"}),
-        (SearchFilters(), {"budget review, flagged", "budget review, red team",
+        (filter_parse({"tags": ["flagged"]}), {"budget review, flagged"}),
+        (filter_parse({"metadata": {"team": "red"}}), {"budget review, red team"}),
+        (filter_parse({"memory_type": "fact"}), {"budget review, a fact"}),
+        (filter_parse(None), {"budget review, flagged", "budget review, red team",
                            "budget review, a fact", "budget review, plain"}),
     ],
 )  # fmt: skip
@@ -401,8 +408,8 @@ def test_search_over_the_api(client, agent):
         ({"query": "x", "top_k": 0}, "invalid_top_k"),
         ({"query": "x", "top_k": 51}, "invalid_top_k"),
         ({"query": "x", "sources": ["agent_memory", "email"]}, "invalid_source"),
-        ({"query": "x", "filters": {"tags": "ops"}}, "invalid_filters"),
-        ({"query": "x", "filters": {"colour": "red"}}, "invalid_filters"),
+        ({"query": "x", "filters": {"tags": 5}}, "filter_invalid_value"),
+        ({"query": "x", "filters": {"colour": "red"}}, "filter_unknown_field"),
         ({"query": "x", "filters": []}, "invalid_filters"),
         ({"query": "x", "weights": {"similarity": -1}}, "invalid_weights"),
         ({"query": "x", "weights": {"luck": 1}}, "invalid_weights"),
@@ -566,7 +573,7 @@ def test_a_question_asking_when_marks_the_memories_that_name_a_time(agent):
             agent=agent,
             query=query,
             vector=None,
-            filters=SearchFilters(),
+            filters=MemoryFilter(),
             now=now,
             when=query_time(query, now),
         )
@@ -580,7 +587,7 @@ def test_a_question_asking_when_marks_the_memories_that_name_a_time(agent):
             agent=agent,
             query=other,
             vector=None,
-            filters=SearchFilters(),
+            filters=MemoryFilter(),
             now=now,
             when=query_time(other, now),
         )

@@ -4,7 +4,9 @@ export_jsonl command writes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from io import StringIO
+from typing import cast
 
 import pytest
 from django.core.management import call_command
@@ -27,7 +29,8 @@ def two_agents(tenant, make_agent, dissent_embedder):
 
 def _body(response) -> bytes:
     assert isinstance(response, StreamingHttpResponse)
-    return b"".join(response.streaming_content)
+    assert not response.is_async  # the WSGI test client streams a plain iterator
+    return b"".join(cast("Iterator[bytes]", response.streaming_content))
 
 
 def test_an_admin_streams_the_commands_document(tenant, two_agents, api_as):

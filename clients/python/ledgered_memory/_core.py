@@ -89,6 +89,8 @@ def query(**params: Any) -> dict[str, Any]:
             value = "true" if value else "false"
         elif isinstance(value, list | tuple):
             value = ",".join(str(v) for v in value)
+        elif isinstance(value, Mapping):  # a filter: JSON
+            value = json.dumps(value)
         out[name] = value
     return out
 

@@ -72,6 +72,8 @@ OPERATIONS: dict[str, tuple[str, str, str]] = {
     "memories_history_list": ("GET", "/api/v1/memories/{id}/history/", "memories_history_list"),
     "memories_supersede": ("POST", "/api/v1/memories/{id}/supersede/", "memories_supersede"),
     "memories_create_batch": ("POST", "/api/v1/memories/batch/", "memories_create_batch"),
+    "memories_bulk_delete": ("POST", "/api/v1/memories/bulk-delete/", "memories_bulk_delete"),
+    "memories_bulk_update": ("POST", "/api/v1/memories/bulk-update/", "memories_bulk_update"),
     "memories_search": ("POST", "/api/v1/memories/search/", "memories_search"),
     "overrides_list": ("GET", "/api/v1/overrides/", "overrides_list"),
     "overrides_create": ("POST", "/api/v1/overrides/", "overrides_create"),

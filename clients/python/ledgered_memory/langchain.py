@@ -110,7 +110,7 @@ class AgentMemoryRetriever(BaseRetriever):
         if self.sources is not None:
             request["sources"] = self.sources
         if self.filters is not None:
-            request["filters"] = cast("types.SearchFiltersRequest", self.filters)
+            request["filters"] = cast("types.MemoryFilter", self.filters)
         if self.threshold is not None:
             request["threshold"] = self.threshold
         if self.weights is not None:

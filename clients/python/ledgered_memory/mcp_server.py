@@ -17,7 +17,7 @@ against a remote service. The cost is one loopback HTTP hop per tool call.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -47,6 +47,8 @@ TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
     "delete_memory": ("memories_delete",),
     "supersede_memory": ("memories_supersede",),
     "memory_history": ("memories_history_list",),
+    "update_memories": ("memories_bulk_update",),
+    "delete_memories": ("memories_bulk_delete",),
     "store_content": ("content_items_create",),
     "retrieve_content": ("content_items_get",),
     "query_content": ("content_items_list",),
@@ -57,6 +59,16 @@ TOOL_OPERATIONS: dict[str, tuple[str, ...]] = {
 }
 
 TransformName = Literal["full", "excerpt", "summary", "first_n", "last_n", "filtered"]
+
+
+FILTERS_HELP = (
+    "Optional filters narrow your own memories: an object of fields, e.g. "
+    '{"tags": "billing", "importance": {"gte": 0.7}, "occurred_at": {"gte": "2026-01-01"}, '
+    '"metadata": {"customer": "acme"}}, combined with AND / OR / NOT lists; fields '
+    "session_id, memory_type, role, importance, created_at, occurred_at, updated_at, "
+    "expires_at, tags, metadata (keys, dotted for nested ones), id; operators eq, ne, in, "
+    "nin, gt, gte, lt, lte, exists, contains."
+)
 
 
 def _fail(exc: AgentMemoryError) -> ToolError:
@@ -87,7 +99,7 @@ def build_server(
             "text and a relevance score between 0 and 1; an empty list means nothing relevant "
             "is remembered. Facts that a newer memory superseded are left out; pass "
             "include_superseded=true for them too, or as_of (an ISO 8601 date-time) for what "
-            "held at that moment."
+            "held at that moment. " + FILTERS_HELP
         )
     )
     async def search_memories(
@@ -96,6 +108,7 @@ def build_server(
         sources: list[str] | None = None,
         include_superseded: bool | None = None,
         as_of: str | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         try:
             found = await client.memories_search(
@@ -105,6 +118,7 @@ def build_server(
                     sources=sources,
                     include_superseded=include_superseded,
                     as_of=as_of,
+                    filters=cast("types.MemoryFilter", filters),
                 )
             )
         except AgentMemoryError as exc:
@@ -158,16 +172,18 @@ def build_server(
     @server.tool(
         description=(
             "List your stored memories, newest first, to review what you remember or find one "
-            "to correct: filter by memory_type, tag or session_id. Returns up to 'limit' "
-            "memories (id, content, type, importance, tags, session, dates) and a next_cursor; "
-            "pass it back as 'cursor' for the next page (null: there is no more). "
-            "include_superseded=true lists replaced facts too (superseded_by names the newer)."
+            "to correct: filter by memory_type, tag or session_id, or anything with 'filter'. "
+            "Returns up to 'limit' memories (id, content, type, importance, tags, session, "
+            "dates) and a next_cursor; pass it back as 'cursor' for the next page (null: there "
+            "is no more). include_superseded=true lists replaced facts too (superseded_by "
+            "names the newer). " + FILTERS_HELP.replace("filters", "filter")
         )
     )
     async def list_memories(
         memory_type: str | None = None,
         tag: str | None = None,
         session_id: str | None = None,
+        filter: dict[str, Any] | None = None,
         limit: int = 20,
         cursor: str | None = None,
         include_superseded: bool | None = None,
@@ -177,6 +193,7 @@ def build_server(
                 memory_type=memory_type,
                 tag=tag,
                 session_id=session_id,
+                filter=cast("types.MemoryFilter | None", filter),
                 page_size=limit,
                 cursor=cursor,
                 include_superseded=include_superseded,
@@ -269,6 +286,77 @@ def build_server(
         except AgentMemoryError as exc:
             raise _fail(exc) from exc
         return {"changes": page.results, "next_cursor": page.next_cursor}
+
+    @server.tool(
+        description=(
+            "Change many of your memories at once, chosen by ids or by a filter: set "
+            "importance (0 to 1), add or remove tags, merge keys into metadata or remove keys, "
+            "set expires_at (ISO 8601). Each memory changes as update_memory would change it. "
+            "Use dry_run first to see how many match. At most 500 per call: when "
+            "'remaining' is above 0, call again with after=continue_after. " + FILTERS_HELP
+        )
+    )
+    async def update_memories(
+        ids: list[int] | None = None,
+        filter: dict[str, Any] | None = None,
+        importance: float | None = None,
+        tags_add: list[str] | None = None,
+        tags_remove: list[str] | None = None,
+        metadata_merge: dict[str, Any] | None = None,
+        metadata_remove: list[str] | None = None,
+        expires_at: str | None = None,
+        dry_run: bool = False,
+        after: int | None = None,
+    ) -> dict[str, Any]:
+        changes = _given(
+            importance=importance,
+            tags_add=tags_add,
+            tags_remove=tags_remove,
+            metadata_merge=metadata_merge,
+            metadata_remove=metadata_remove,
+            expires_at=expires_at,
+        )
+        try:
+            answer = await client.memories_bulk_update(
+                **_given(ids=ids, filter=filter, dry_run=dry_run, after=after),
+                changes=cast("types.MemoryBulkChangesRequest", changes),
+            )
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return dict(answer)
+
+    @server.tool(
+        description=(
+            "Delete many of your memories for good, chosen by ids or by a filter (their text "
+            "is shredded, as delete_memory does), or all of them (all=true, optionally one "
+            "session_id) with confirm=true. Use dry_run first: it counts and shows some ids. "
+            "At most 500 per call: when 'remaining' is above 0, call again. " + FILTERS_HELP
+        )
+    )
+    async def delete_memories(
+        ids: list[int] | None = None,
+        filter: dict[str, Any] | None = None,
+        all: bool = False,
+        session_id: str | None = None,
+        confirm: bool = False,
+        dry_run: bool = False,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        try:
+            answer = await client.memories_bulk_delete(
+                **_given(
+                    ids=ids,
+                    filter=filter,
+                    all=all,
+                    session_id=session_id,
+                    confirm=confirm,
+                    dry_run=dry_run,
+                    reason=reason,
+                )
+            )
+        except AgentMemoryError as exc:
+            raise _fail(exc) from exc
+        return dict(answer)
 
     @server.tool(
         description=(

@@ -32,6 +32,7 @@ class MemoriesOperations(AsyncTransport):
         agent: str | None = None,
         as_of: str | None = None,
         cursor: str | None = None,
+        filter: types.MemoryFilter | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         include_superseded: bool | None = None,
@@ -48,6 +49,7 @@ class MemoriesOperations(AsyncTransport):
         ``agent``: Agent name
         ``as_of``: Only memories valid then; not with include_superseded
         ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``filter``: A filter as JSON (docs/filters.md), ANDed with the ones above
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
         ``include_superseded``: Also memories whose validity ended (superseded ones)
@@ -64,6 +66,7 @@ class MemoriesOperations(AsyncTransport):
                         agent=agent,
                         as_of=as_of,
                         cursor=cursor,
+                        filter=filter,
                         include_archived=include_archived,
                         include_expired=include_expired,
                         include_superseded=include_superseded,
@@ -82,6 +85,7 @@ class MemoriesOperations(AsyncTransport):
         *,
         agent: str | None = None,
         as_of: str | None = None,
+        filter: types.MemoryFilter | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         include_superseded: bool | None = None,
@@ -96,6 +100,7 @@ class MemoriesOperations(AsyncTransport):
             lambda cursor: self.memories_list(
                 agent=agent,
                 as_of=as_of,
+                filter=filter,
                 include_archived=include_archived,
                 include_expired=include_expired,
                 include_superseded=include_superseded,
@@ -212,6 +217,34 @@ class MemoriesOperations(AsyncTransport):
             "types.MemoryBatchResult",
             await self.request(
                 Call("POST", "/memories/batch/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
+
+    async def memories_bulk_delete(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.MemoryBulkDeleteRequest]
+    ) -> types.MemoryBulkResult:
+        """Delete memories chosen by ids, a filter or all, shredding each (or a dry run).
+
+        ``POST /api/v1/memories/bulk-delete/``
+        """
+        return cast(
+            "types.MemoryBulkResult",
+            await self.request(
+                Call("POST", "/memories/bulk-delete/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
+
+    async def memories_bulk_update(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.MemoryBulkUpdateRequest]
+    ) -> types.MemoryBulkResult:
+        """Update memories chosen by ids, a filter or all, one event each (or a dry run).
+
+        ``POST /api/v1/memories/bulk-update/``
+        """
+        return cast(
+            "types.MemoryBulkResult",
+            await self.request(
+                Call("POST", "/memories/bulk-update/", body=body, idempotency_key=idempotency_key)
             ),
         )
 

@@ -30,6 +30,7 @@ class MemoriesOperations(SyncTransport):
         agent: str | None = None,
         as_of: str | None = None,
         cursor: str | None = None,
+        filter: types.MemoryFilter | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         include_superseded: bool | None = None,
@@ -46,6 +47,7 @@ class MemoriesOperations(SyncTransport):
         ``agent``: Agent name
         ``as_of``: Only memories valid then; not with include_superseded
         ``cursor``: Where the page starts: a cursor from a `next` or `previous` link, as given.
+        ``filter``: A filter as JSON (docs/filters.md), ANDed with the ones above
         ``include_archived``: Also archived ones
         ``include_expired``: Also expired ones
         ``include_superseded``: Also memories whose validity ended (superseded ones)
@@ -62,6 +64,7 @@ class MemoriesOperations(SyncTransport):
                         agent=agent,
                         as_of=as_of,
                         cursor=cursor,
+                        filter=filter,
                         include_archived=include_archived,
                         include_expired=include_expired,
                         include_superseded=include_superseded,
@@ -80,6 +83,7 @@ class MemoriesOperations(SyncTransport):
         *,
         agent: str | None = None,
         as_of: str | None = None,
+        filter: types.MemoryFilter | None = None,
         include_archived: bool | None = None,
         include_expired: bool | None = None,
         include_superseded: bool | None = None,
@@ -94,6 +98,7 @@ class MemoriesOperations(SyncTransport):
             lambda cursor: self.memories_list(
                 agent=agent,
                 as_of=as_of,
+                filter=filter,
                 include_archived=include_archived,
                 include_expired=include_expired,
                 include_superseded=include_superseded,
@@ -207,6 +212,34 @@ class MemoriesOperations(SyncTransport):
             "types.MemoryBatchResult",
             self.request(
                 Call("POST", "/memories/batch/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
+
+    def memories_bulk_delete(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.MemoryBulkDeleteRequest]
+    ) -> types.MemoryBulkResult:
+        """Delete memories chosen by ids, a filter or all, shredding each (or a dry run).
+
+        ``POST /api/v1/memories/bulk-delete/``
+        """
+        return cast(
+            "types.MemoryBulkResult",
+            self.request(
+                Call("POST", "/memories/bulk-delete/", body=body, idempotency_key=idempotency_key)
+            ),
+        )
+
+    def memories_bulk_update(
+        self, *, idempotency_key: str | None = None, **body: Unpack[types.MemoryBulkUpdateRequest]
+    ) -> types.MemoryBulkResult:
+        """Update memories chosen by ids, a filter or all, one event each (or a dry run).
+
+        ``POST /api/v1/memories/bulk-update/``
+        """
+        return cast(
+            "types.MemoryBulkResult",
+            self.request(
+                Call("POST", "/memories/bulk-update/", body=body, idempotency_key=idempotency_key)
             ),
         )
 

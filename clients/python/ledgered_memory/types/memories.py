@@ -113,6 +113,55 @@ class MemoryBatchResult(TypedDict):
     memories: list[MemoryStored]
 
 
+class MemoryBulkChangesRequest(TypedDict):
+    importance: NotRequired[float]
+    tags_add: NotRequired[list[str]]
+    tags_remove: NotRequired[list[str]]
+    metadata_merge: NotRequired[dict[str, Any]]
+    metadata_remove: NotRequired[list[str]]
+    expires_at: NotRequired[str | None]
+
+
+class MemoryBulkDeleteRequest(TypedDict):
+    """Which of one agent's memories: ids, a filter, or all (with confirm)."""
+
+    agent: NotRequired[str]
+    ids: NotRequired[list[int]]
+    filter: NotRequired[MemoryFilter]
+    all: NotRequired[bool]
+    session_id: NotRequired[str]
+    confirm: NotRequired[bool]
+    dry_run: NotRequired[bool]
+    limit: NotRequired[int]
+    after: NotRequired[int]
+    reason: NotRequired[str]
+
+
+class MemoryBulkResult(TypedDict):
+    dry_run: bool
+    matched: int
+    done: int
+    ids: list[int]
+    not_found: list[int]
+    remaining: int
+    continue_after: int | None
+
+
+class MemoryBulkUpdateRequest(TypedDict):
+    """Which of one agent's memories: ids, a filter, or all (with confirm)."""
+
+    agent: NotRequired[str]
+    ids: NotRequired[list[int]]
+    filter: NotRequired[MemoryFilter]
+    all: NotRequired[bool]
+    session_id: NotRequired[str]
+    confirm: NotRequired[bool]
+    dry_run: NotRequired[bool]
+    limit: NotRequired[int]
+    after: NotRequired[int]
+    changes: MemoryBulkChangesRequest
+
+
 class MemoryHistory(TypedDict):
     seq: int
     kind: str
@@ -302,15 +351,6 @@ class ReflectionResult(TypedDict):
     event: dict[str, Any] | None
 
 
-class SearchFiltersRequest(TypedDict):
-    """Narrows the agent's own memories; the other sources ignore it."""
-
-    session_id: NotRequired[str]
-    memory_type: NotRequired[str]
-    tags: NotRequired[list[str]]
-    metadata: NotRequired[dict[str, Any]]
-
-
 class SearchHit(TypedDict):
     source: SourceEnum
     id: int
@@ -328,7 +368,7 @@ class SearchRequest(TypedDict):
     query: str
     top_k: NotRequired[int]
     sources: NotRequired[list[str]]
-    filters: NotRequired[SearchFiltersRequest]
+    filters: NotRequired[MemoryFilter]
     weights: NotRequired[SearchWeightsRequest]
     threshold: NotRequired[float | None]
     include_superseded: NotRequired[bool]
@@ -358,3 +398,108 @@ class SupersessionCandidate(TypedDict):
     similarity: float | None
     reason: str
     applied: bool
+
+
+TextCondition = TypedDict(
+    "TextCondition",
+    {
+        "eq": NotRequired[str],
+        "ne": NotRequired[str],
+        "in": NotRequired[list[str]],
+        "nin": NotRequired[list[str]],
+    },
+)
+
+
+IdCondition = TypedDict(
+    "IdCondition",
+    {
+        "eq": NotRequired[int],
+        "ne": NotRequired[int],
+        "in": NotRequired[list[int]],
+        "nin": NotRequired[list[int]],
+        "gt": NotRequired[int],
+        "gte": NotRequired[int],
+        "lt": NotRequired[int],
+        "lte": NotRequired[int],
+    },
+)
+
+
+NumberCondition = TypedDict(
+    "NumberCondition",
+    {
+        "eq": NotRequired[float],
+        "ne": NotRequired[float],
+        "in": NotRequired[list[float]],
+        "nin": NotRequired[list[float]],
+        "gt": NotRequired[float],
+        "gte": NotRequired[float],
+        "lt": NotRequired[float],
+        "lte": NotRequired[float],
+    },
+)
+
+
+class TimeCondition(TypedDict):
+    """Operators over a time field; several are ANDed."""
+
+    eq: NotRequired[str]
+    ne: NotRequired[str]
+    gt: NotRequired[str]
+    gte: NotRequired[str]
+    lt: NotRequired[str]
+    lte: NotRequired[str]
+    exists: NotRequired[bool]
+
+
+TagsCondition = TypedDict(
+    "TagsCondition",
+    {
+        "contains": NotRequired[str | list[str]],
+        "in": NotRequired[list[str]],
+        "nin": NotRequired[list[str]],
+        "exists": NotRequired[bool],
+    },
+)
+
+
+MetadataCondition = TypedDict(
+    "MetadataCondition",
+    {
+        "eq": NotRequired[Any],
+        "ne": NotRequired[str | float | bool],
+        "in": NotRequired[list[str | float | bool]],
+        "nin": NotRequired[list[str | float | bool]],
+        "gt": NotRequired[float | str],
+        "gte": NotRequired[float | str],
+        "lt": NotRequired[float | str],
+        "lte": NotRequired[float | str],
+        "exists": NotRequired[bool],
+        "contains": NotRequired[str | float | bool],
+    },
+)
+
+
+class MemoryFilter(TypedDict):
+    """Fields and AND / OR / NOT over an agent's memories (docs/filters.md)."""
+
+    AND: NotRequired[list[MemoryFilter]]
+    OR: NotRequired[list[MemoryFilter]]
+    NOT: NotRequired[MemoryFilter]
+    id: NotRequired[IdCondition | int]
+    session_id: NotRequired[TextCondition | str]
+    memory_type: NotRequired[
+        TextCondition
+        | Literal[
+            "conversation", "task_completion", "decision", "approval", "explicit", "error", "fact"
+        ]
+    ]
+    role: NotRequired[TextCondition | Literal["user", "assistant", "system", "tool_result"]]
+    importance: NotRequired[NumberCondition | float]
+    created_at: NotRequired[TimeCondition | str]
+    occurred_at: NotRequired[TimeCondition | str]
+    updated_at: NotRequired[TimeCondition | str]
+    expires_at: NotRequired[TimeCondition | str]
+    tags: NotRequired[TagsCondition | str | list[str]]
+    metadata: NotRequired[dict[str, Any]]

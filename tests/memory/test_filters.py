@@ -1,0 +1,266 @@
+"""The filter language (memory.search.filters): checked before anything runs, and compiled once
+into SQL that search, lists and bulk operations all run on real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from config.api import ApiError
+from ledger.models import Role
+from memory.episodic.services import MemoryDraft, memories_store
+from memory.models import Memory
+from memory.search import legs, plans
+from memory.search.filters import (
+    FILTER_MAX_CONDITIONS,
+    FILTER_MAX_DEPTH,
+    FILTER_MAX_LIST,
+    FILTER_MAX_STRING,
+    filter_parse,
+)
+from memory.search.selectors import memories_search
+
+DAY = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+def problem(raw):
+    with pytest.raises(ApiError) as raised:
+        filter_parse(raw)
+    return raised.value.error_code, raised.value.details
+
+
+# --- checked before anything runs ----------------------------------------------------------------
+
+
+def test_an_unknown_field_is_refused_naming_the_fields_there_are():
+    code, details = problem({"OR": [{"colour": "red"}]})
+
+    assert code == "filter_unknown_field"
+    assert details["path"] == "OR[0].colour"
+    assert "importance" in details["accepted"]
+    assert "NOT" in details["accepted"]
+
+
+def test_an_unknown_operator_is_refused_naming_the_operators_of_that_field():
+    code, details = problem({"importance": {"between": [0, 1]}})
+
+    assert code == "filter_unknown_operator"
+    assert details["accepted"] == ["eq", "ne", "in", "nin", "gt", "gte", "lt", "lte"]
+    assert problem({"session_id": {"gt": "a"}})[1]["accepted"] == ["eq", "ne", "in", "nin"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"importance": "high"},
+        {"importance": {"gte": True}},
+        {"importance": {"gte": float("nan")}},
+        {"id": {"in": [1.5]}},
+        {"occurred_at": {"gte": "last tuesday"}},
+        {"memory_type": "gossip"},
+        {"role": {"in": ["user", "robot"]}},
+        {"tags": 5},
+        {"tags": {"in": []}},
+        {"expires_at": {"exists": "yes"}},
+        {"metadata": ["a"]},
+        {"metadata": {"n": {"gt": [1]}}},
+        {"metadata": {"n": {"gt": 1, "colour": 2}}},
+        {"metadata": {"a..b": 1}},
+        {"AND": {}},
+        {"NOT": [1]},
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused(raw):
+    assert problem(raw)[0] == "filter_invalid_value"
+
+
+def test_limits_keep_a_filter_small():
+    deep: dict = {"session_id": "s"}
+    for _ in range(FILTER_MAX_DEPTH + 1):
+        deep = {"NOT": deep}
+    many = {"OR": [{"importance": {"gte": i / 100}} for i in range(FILTER_MAX_CONDITIONS + 1)]}
+
+    assert problem(deep)[0] == "filter_too_complex"
+    assert problem(many)[0] == "filter_too_complex"
+    assert problem({"id": {"in": list(range(FILTER_MAX_LIST + 1))}})[0] == "filter_value_too_large"
+    assert problem({"session_id": "x" * (FILTER_MAX_STRING + 1)})[0] == "filter_value_too_large"
+
+
+def test_the_old_fixed_keys_are_the_same_filter_in_the_language():
+    old = filter_parse({"session_id": "s1", "tags": ["a", "b"], "metadata": {"team": "red"}})
+    spelled = filter_parse(
+        {
+            "AND": [
+                {"session_id": {"eq": "s1"}},
+                {"tags": {"contains": ["a", "b"]}},
+                {"metadata": {"team": {"$eq": "red"}}},
+            ]
+        }
+    )
+
+    assert old.sql() == spelled.sql()
+    assert old.session_id == "s1"
+    assert old.narrowing
+    assert filter_parse({"session_id": "s1"}).narrowing is False
+
+
+# --- compiled once, run by PostgreSQL -------------------------------------------------------------
+
+
+@pytest.fixture
+def agent(tenant, make_agent):
+    return make_agent(tenant, name="Atlas")
+
+
+@pytest.fixture
+def memories(agent, no_embedder):
+    rows: list[tuple[str, str, str, float, list[str], dict[str, Any]]] = [
+        ("slack deploy", "s1", "fact", 0.9, ["ops", "prod"], {"source": "slack", "priority": 3}),
+        ("email invoice", "s1", "decision", 0.2, ["billing"], {"source": "email", "priority": 1}),
+        ("call notes", "s2", "conversation", 0.5, [], {"source": "call", "thread": {"id": "t1"}}),
+        ("doc draft", "s2", "fact", 0.7, ["ops"], {"source": "doc", "labels": ["draft", "q3"]}),
+        ("no metadata", "s3", "error", 0.1, ["prod"], {}),
+    ]
+    stored = memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(
+                content=content,
+                session_id=session,
+                memory_type=kind,
+                importance=importance,
+                tags=tags,
+                metadata=metadata,
+                occurred_at=DAY + timedelta(days=i),
+            )
+            for i, (content, session, kind, importance, tags, metadata) in enumerate(rows)
+        ],
+        actor="system",
+    )
+    return {memory.content: memory for memory in stored}
+
+
+CASES = [
+    ({"session_id": "s1"}, {"slack deploy", "email invoice"}),
+    ({"session_id": {"ne": "s1"}}, {"call notes", "doc draft", "no metadata"}),
+    ({"memory_type": {"in": ["fact", "error"]}}, {"slack deploy", "doc draft", "no metadata"}),
+    ({"importance": {"gte": 0.5, "lt": 0.9}}, {"call notes", "doc draft"}),
+    ({"occurred_at": {"gte": "2026-03-03", "lt": "2026-03-05T00:00:00Z"}},
+     {"email invoice", "call notes"}),
+    ({"tags": "ops"}, {"slack deploy", "doc draft"}),
+    ({"tags": ["ops", "prod"]}, {"slack deploy"}),
+    ({"tags": {"in": ["billing", "prod"]}}, {"slack deploy", "email invoice", "no metadata"}),
+    ({"tags": {"nin": ["ops"]}}, {"email invoice", "call notes", "no metadata"}),
+    ({"tags": {"exists": False}}, {"call notes"}),
+    ({"metadata": {"source": "slack"}}, {"slack deploy"}),
+    ({"metadata": {"source": {"ne": "slack"}}},
+     {"email invoice", "call notes", "doc draft", "no metadata"}),
+    ({"metadata": {"source": {"in": ["call", "doc"]}}}, {"call notes", "doc draft"}),
+    ({"metadata": {"source": {"nin": ["call", "doc"]}}},
+     {"slack deploy", "email invoice", "no metadata"}),
+    ({"metadata": {"priority": {"gt": 1}}}, {"slack deploy"}),
+    # Like with like: a string bound never matches a number.
+    ({"metadata": {"priority": {"gt": "1"}}}, set()),
+    ({"metadata": {"source": {"lt": "doc"}}}, {"call notes"}),
+    ({"metadata": {"thread.id": "t1"}}, {"call notes"}),
+    ({"metadata": {"thread": {"id": "t1"}}}, {"call notes"}),
+    ({"metadata": {"thread.id": {"exists": True}}}, {"call notes"}),
+    ({"metadata": {"priority": {"exists": False}}}, {"call notes", "doc draft", "no metadata"}),
+    ({"metadata": {"labels": {"contains": "q3"}}}, {"doc draft"}),
+    ({"metadata": {"source": {"contains": "mai"}}}, {"email invoice"}),
+    ({"OR": [{"session_id": "s3"}, {"importance": {"gte": 0.9}}]},
+     {"slack deploy", "no metadata"}),
+    ({"NOT": {"OR": [{"session_id": "s1"}, {"tags": "ops"}]}}, {"call notes", "no metadata"}),
+    ({"$and": [{"tags": "prod"}, {"$not": {"memory_type": "error"}}]}, {"slack deploy"}),
+    ({}, {"slack deploy", "email invoice", "call notes", "doc draft", "no metadata"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("raw", "expected"), CASES)
+def test_each_operator_keeps_the_memories_it_names(agent, memories, raw, expected):
+    parsed = filter_parse(raw)
+    listed = Memory.objects.filter(agent=agent).filter(parsed.q())
+    sql, params = parsed.sql()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM memory_memory WHERE agent_id = %(agent)s AND ({sql})",  # noqa: S608
+            {"agent": agent.pk, **params},
+        )
+        raw_ids = {row[0] for row in cursor.fetchall()}
+
+    assert {m.content for m in listed} == expected
+    assert raw_ids == {m.pk for m in listed}  # the search's SQL and the queryset agree
+
+
+@pytest.fixture
+def api(tenant, agent, api_as, memories):
+    return api_as(tenant, role=Role.AGENT, agent=agent)
+
+
+def test_the_list_takes_a_filter_and_the_old_parameters_with_it(api):
+    def listed(**params):
+        response = api.get("/api/v1/memories/", params)
+        assert response.status_code == 200, response.content
+        return {m["content"] for m in response.json()["results"]}
+
+    wanted = {"OR": [{"importance": {"gte": 0.9}}, {"metadata": {"source": "email"}}]}
+    assert listed(filter=json.dumps(wanted)) == {"slack deploy", "email invoice"}
+    assert listed(filter=json.dumps(wanted), session_id="s1", tag="ops") == {"slack deploy"}
+    assert listed(metadata='{"thread": {"id": "t1"}}') == {"call notes"}
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        ("{", "invalid_filter"),
+        ("[1]", "invalid_filter"),
+        ('{"importance": {"near": 1}}', "filter_unknown_operator"),
+        ('{"owner": "me"}', "filter_unknown_field"),
+    ],
+)
+def test_a_bad_list_filter_is_a_400_with_its_code(api, value, code):
+    response = api.get("/api/v1/memories/", {"filter": value})
+
+    assert (response.status_code, response.json()["error"]["code"]) == (400, code)
+
+
+def test_search_takes_the_language(api):
+    def found(filters):
+        response = api.post(
+            "/api/v1/memories/search/",
+            {"query": "deploy invoice notes draft", "filters": filters, "top_k": 10},
+            format="json",
+        )
+        assert response.status_code == 200, response.content
+        return {hit["content"] for hit in response.json()["results"]}
+
+    assert found({"NOT": {"session_id": "s1"}}) == {"call notes", "doc draft"}
+    assert found({"metadata": {"priority": {"lte": 1}}}) == {"email invoice"}
+
+
+@pytest.mark.parametrize("exact_max", [2000, 0])
+def test_a_large_agents_filtered_search_finds_the_filters_rows_exactly_or_by_the_index(
+    agent, memories, monkeypatch, exact_max
+):
+    """A large agent's filtered semantic leg reads a selective filter's rows and sorts them;
+    past FILTERED_EXACT_MAX_ROWS the HNSW index serves it. Both give the filter's rows."""
+    monkeypatch.setattr(plans, "EXACT_SCAN_MAX_MEMORIES", 0)
+    monkeypatch.setattr(legs, "FILTERED_EXACT_MAX_ROWS", exact_max)
+    Memory.objects.filter(agent=agent).update(embedding=[1.0] + [0.0] * 383)
+    outcome = memories_search(
+        agent=agent,
+        query="zzz",
+        vector=[1.0] + [0.0] * 383,
+        filters=filter_parse({"tags": "ops", "importance": {"gt": 0.8}}),
+        top_k=10,
+        threshold=-1,
+        now=timezone.now(),
+        record_retrieval=False,
+    )
+
+    assert {hit.content for hit in outcome.hits} == {"slack deploy"}
