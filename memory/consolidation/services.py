@@ -242,7 +242,8 @@ def _model_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Cons
 
 SUPERSEDE_SQL = """
 UPDATE memory_memory AS m
-SET valid_until = greatest(m.valid_from, %(valid_from)s), superseded_by = %(successor)s,
+SET valid_until = coalesce(%(valid_until)s::timestamptz, greatest(m.valid_from, %(valid_from)s)),
+    superseded_by = %(successor)s,
     updated_at = %(now)s
 WHERE m.tenant_id = %(tenant)s AND m.agent_id = %(agent)s AND m.id = ANY(%(ids)s)
   AND m.superseded_by IS NULL AND m.id <> %(successor)s
@@ -251,12 +252,20 @@ RETURNING m.id, m.valid_until
 
 
 def supersessions_apply(
-    *, memory: Memory, plan: Consolidation, actor: str, now: datetime
+    *,
+    memory: Memory,
+    plan: Consolidation,
+    actor: str,
+    now: datetime,
+    valid_until: datetime | None = None,
 ) -> Consolidation:
     """Supersede, by the stored ``memory``, the plan's explicit candidates and, under apply, the
     found ones: one ``memory.superseded`` event each. Runs in the caller's transaction, under
     the tenant's lock; an explicit id superseded meanwhile by someone else is refused, a found
-    one is left as a proposal."""
+    one is left as a proposal.
+
+    Each one's validity ends where ``memory``'s begins, or at ``valid_until`` when given (an
+    import restores the recorded end); ``now`` is their ``updated_at``."""
     wanted = [c.id for c in plan.candidates if c.explicit or plan.mode == "apply"]
     if not wanted:
         return plan
@@ -270,6 +279,7 @@ def supersessions_apply(
                 "ids": wanted,
                 "successor": memory.pk,
                 "valid_from": memory.valid_from,
+                "valid_until": valid_until,
                 "now": now,
             },
         )
@@ -288,7 +298,7 @@ def supersessions_apply(
             EventDraft(
                 kind=SUPERSEDED,
                 actor=actor,
-                payload=_superseded_payload(memory, candidate, closed[candidate.id]),
+                payload=_superseded_payload(memory, candidate, closed[candidate.id], now),
             )
             for candidate in candidates
             if candidate.applied
@@ -298,7 +308,7 @@ def supersessions_apply(
 
 
 def _superseded_payload(
-    memory: Memory, candidate: SupersessionCandidate, valid_until: datetime
+    memory: Memory, candidate: SupersessionCandidate, valid_until: datetime, now: datetime
 ) -> dict[str, Any]:
     """No content: the texts stay sealed in their own memories' events."""
     return {
@@ -306,6 +316,7 @@ def _superseded_payload(
         "agent_id": memory.agent_id,
         "superseded_by": memory.pk,
         "valid_until": valid_until.isoformat(),
+        "updated_at": now.isoformat(),
         "reason": candidate.reason,
         "similarity": candidate.similarity,
     }

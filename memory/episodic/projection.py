@@ -101,7 +101,8 @@ class MemoryProjection:
                 self._replayed[memory_id].update(
                     valid_until=parse_datetime(event.payload["valid_until"]),
                     superseded_by=int(event.payload["superseded_by"]),
-                    updated_at=event.created_at,
+                    # Recorded since the import restores supersessions with their own times.
+                    updated_at=_when(event.payload.get("updated_at")) or event.created_at,
                 )
             elif event.kind == "memory.updated" and memory_id in self._replayed:
                 self._apply_update(self._replayed[memory_id], event, keys.get(memory_id))

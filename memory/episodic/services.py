@@ -248,6 +248,10 @@ class MemoryRecord:
     last_retrieved_at: datetime | None
     retrieval_count: int
     archived_at: datetime | None
+    # Its validity interval: valid_from defaults to occurred_at; valid_until only when it
+    # ended without a successor (a supersession is replayed after the store, by its service).
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
     # Its events where it was recorded (kind, actor, time): kept, as the ledger here cannot be.
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -271,6 +275,9 @@ def memory_record_problem(record: MemoryRecord) -> tuple[str, str] | None:
         return "invalid_role", f"Unknown role {record.role!r}; use one of {', '.join(MemoryRole)}."
     if problem is None and record.retrieval_count < 0:
         return "invalid_retrieval_count", "retrieval_count must be 0 or more."
+    valid_from = record.valid_from or record.occurred_at
+    if problem is None and record.valid_until is not None and record.valid_until <= valid_from:
+        return "invalid_range", "valid_until must be after valid_from (occurred_at by default)."
     return problem
 
 
@@ -299,7 +306,8 @@ def memories_import(*, agent: Agent, records: Sequence[MemoryRecord], actor: str
             metadata=r.metadata,
             tags=r.tags,
             occurred_at=r.occurred_at,
-            valid_from=r.occurred_at,
+            valid_from=r.valid_from or r.occurred_at,
+            valid_until=r.valid_until,
             created_at=r.created_at,
             updated_at=r.updated_at,
             expires_at=r.expires_at,

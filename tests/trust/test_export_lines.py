@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from ledger.models import Agent, Event
+from memory.consolidation.services import memories_supersede
 from memory.content.services import ItemDraft, action_result_record, content_item_store
 from memory.embeddings.services import event_embeddings_build
 from memory.episodic.lifecycle import memories_decay
@@ -107,6 +108,7 @@ def full_tenant(tenant, make_agent, dissent_embedder):
         actor="o",
     )
     memories_store(agent=reviewer, drafts=[MemoryDraft(content="Reviewed PR 12")], actor="o")
+    _supersession_chain(creator, now)
     memory_update(memory=memories[1], actor="o", changes={"tags": ["small-talk"]})
     memories_mark_retrieved(tenant=tenant, memory_ids=[memories[0].pk], at=now)
     Memory.objects.filter(pk=memories[1].pk).update(importance=0.01)
@@ -129,6 +131,60 @@ def full_tenant(tenant, make_agent, dissent_embedder):
         draft=ItemDraft(content="result one\nresult two", run_id="r1"),
     )
     return tenant
+
+
+def _supersession_chain(agent, now):
+    """EUR -> GBP -> USD by ``supersedes`` at store; a newer memory superseded after the fact
+    by an older one (its successor comes before it); one that ended without a successor."""
+    month_ago = now - timedelta(days=30)
+    eur = memories_store(
+        agent=agent,
+        drafts=[MemoryDraft(content="I prefer invoices in EUR.", occurred_at=month_ago)],
+        actor="o",
+    )[0]
+    gbp = memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(
+                content="Now I prefer GBP for invoices.",
+                occurred_at=now - timedelta(days=20),
+                valid_from=now - timedelta(days=21),
+                supersedes=(eur.pk,),
+            )
+        ],
+        actor="o",
+    )[0]
+    memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(
+                content="Invoices in USD from now on.",
+                occurred_at=now - timedelta(days=10),
+                supersedes=(gbp.pk,),
+            )
+        ],
+        actor="o",
+    )
+    earlier, later = memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(content="The office is in Leeds.", occurred_at=now - timedelta(days=5)),
+            MemoryDraft(content="The office is in York.", occurred_at=now - timedelta(days=4)),
+        ],
+        actor="o",
+    )
+    memories_supersede(memory=earlier, ids=[later.pk], actor="human:alice")
+    memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(
+                content="The freeze lasts a week.",
+                occurred_at=now - timedelta(days=9),
+                valid_until=now - timedelta(days=2),
+            )
+        ],
+        actor="o",
+    )
 
 
 def _export(tenant, path: Path, *extra: str) -> bytes:
@@ -155,7 +211,7 @@ def test_export_import_export_gives_the_same_bytes(full_tenant, other_tenant, tm
         + ["rubric_version"] * 2
         + ["knowledge_document"] * 3
         + ["agent"] * 2
-        + ["memory"] * 4
+        + ["memory"] * 10
         + ["content_item"] * 3
     )
     # Nothing names the installation: neither tenant nor row ids appear.
@@ -170,7 +226,27 @@ def test_export_import_export_gives_the_same_bytes(full_tenant, other_tenant, tm
         ("memory.stored", "o"),
         ("memory.updated", "o"),
     ]
-    assert Memory.objects.filter(tenant=other_tenant).count() == 4
+    # The chain keeps its intervals, each successor named by its position among the memories.
+    memories = [line for line in lines if line["type"] == "memory"]
+    by_content = {line["content"]: line for line in memories}
+    position = {line["content"]: i for i, line in enumerate(memories)}
+    eur, gbp = by_content["I prefer invoices in EUR."], by_content["Now I prefer GBP for invoices."]
+    assert eur["superseded_by"] == position["Now I prefer GBP for invoices."]
+    assert eur["valid_until"] == gbp["valid_from"] != gbp["occurred_at"]
+    assert gbp["superseded_by"] == position["Invoices in USD from now on."]
+    assert by_content["Invoices in USD from now on."]["valid_until"] is None
+    assert (
+        by_content["The office is in York."]["superseded_by"] == position["The office is in Leeds."]
+    )
+    freeze = by_content["The freeze lasts a week."]
+    assert freeze["valid_until"]
+    assert freeze["superseded_by"] is None
+    imported = {m.content: m for m in Memory.objects.filter(tenant=other_tenant).order_by("id")}
+    assert imported["I prefer invoices in EUR."].superseded_by == (
+        imported["Now I prefer GBP for invoices."].pk
+    )
+    assert Event.objects.filter(tenant=other_tenant, kind="memory.superseded").count() == 3
+    assert Memory.objects.filter(tenant=other_tenant).count() == 10
     assert Memory.objects.filter(tenant=other_tenant, embedding__isnull=True).count() == 0
     assert Dissent.objects.filter(tenant=other_tenant).count() == 1
     assert Override.objects.filter(tenant=other_tenant, reverted_by="alice").count() == 1
@@ -234,7 +310,7 @@ def test_merge_adds_to_a_tenant_with_data_and_keeps_its_rubric(
 
     summary = json.loads(out.getvalue())
     assert summary["skipped"] == {"rubric_version": 2}
-    assert summary["imported"]["memory"] == 4
+    assert summary["imported"]["memory"] == 10
     assert Agent.objects.filter(tenant=other_tenant).count() == 3
 
 
@@ -253,6 +329,31 @@ def test_a_malformed_line_names_its_number_and_leaves_nothing(full_tenant, other
     assert Event.objects.filter(tenant=other_tenant).count() == before
     assert not Agent.objects.filter(tenant=other_tenant).exists()
     assert not KnowledgeDocument.objects.filter(tenant=other_tenant).exists()
+
+
+@pytest.mark.parametrize(
+    ("successor", "problem"),
+    [(99, "names no memory line"), ("self", "names its own line"), (-1, "position")],
+)
+def test_a_bad_successor_names_its_line_and_leaves_nothing(
+    full_tenant, other_tenant, tmp_path, successor, problem
+):
+    lines = _export(full_tenant, tmp_path / "a.jsonl").decode().splitlines()
+    number, line = next(
+        (i, json.loads(text))
+        for i, text in enumerate(lines)
+        if json.loads(text).get("content") == "I prefer invoices in EUR."
+    )
+    own = sum(1 for text in lines[:number] if json.loads(text)["type"] == "memory")
+    line["superseded_by"] = own if successor == "self" else successor
+    lines[number] = json.dumps(line)
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+
+    with pytest.raises(CommandError, match=rf"line {number + 1}: .*({problem})"):
+        call_command("import_jsonl", str(tmp_path / "bad.jsonl"), "--tenant", other_tenant.slug)
+
+    assert not Memory.objects.filter(tenant=other_tenant).exists()
+    assert not Event.objects.filter(tenant=other_tenant, kind="memory.stored").exists()
 
 
 @pytest.mark.parametrize(
@@ -289,6 +390,10 @@ def test_an_agent_export_holds_only_that_agents_rows(full_tenant):
     assert lines[0]["scope"] == "agent"
     assert {line["type"] for line in lines} == {"header", "agent", "memory", "content_item"}
     assert {line.get("agent", line.get("agent_name")) for line in lines[1:]} == {"Creator1"}
+    # Positions count this document's memories only (the reviewer's are not among them).
+    memories = [line for line in lines if line["type"] == "memory"]
+    eur = next(line for line in memories if line["content"] == "I prefer invoices in EUR.")
+    assert memories[eur["superseded_by"]]["content"] == "Now I prefer GBP for invoices."
 
 
 def test_export_json_summary_counts_each_type(full_tenant, tmp_path):
@@ -310,10 +415,10 @@ def test_export_json_summary_counts_each_type(full_tenant, tmp_path):
         "rubric_version": 2,
         "knowledge_document": 3,
         "agent": 2,
-        "memory": 4,
+        "memory": 10,
         "content_item": 3,
     }
-    assert summary["lines"] == 15
+    assert summary["lines"] == 21
     assert summary["bytes"] == (tmp_path / "a.jsonl").stat().st_size
 
 
@@ -358,11 +463,11 @@ def test_the_commands_draw_a_bar_on_a_terminal_and_keep_stdout_whole(
     drawn = stderr.getvalue()
     assert "export" in drawn
     assert "import" in drawn
-    assert "/15 [" in drawn  # the total: the lines of the document
-    assert exported.getvalue().startswith(f"Exported 15 lines to {tmp_path / 'a.jsonl'}")
+    assert "/21 [" in drawn  # the total: the lines of the document
+    assert exported.getvalue().startswith(f"Exported 21 lines to {tmp_path / 'a.jsonl'}")
     assert imported.getvalue() == (
-        f"Imported 15 lines into {other_tenant.slug}: 2 agent, 3 content_item, "
-        "3 knowledge_document, 4 memory, 2 rubric_version\n"
+        f"Imported 21 lines into {other_tenant.slug}: 2 agent, 3 content_item, "
+        "3 knowledge_document, 10 memory, 2 rubric_version\n"
     )
 
 
@@ -383,12 +488,12 @@ def test_import_json_summary_counts_what_it_wrote(full_tenant, other_tenant, tmp
     assert summary.pop("seconds") > 0
     assert summary == {
         "tenant": other_tenant.slug,
-        "lines": 15,
+        "lines": 21,
         "imported": {
             "agent": 2,
             "content_item": 3,
             "knowledge_document": 3,
-            "memory": 4,
+            "memory": 10,
             "rubric_version": 2,
         },
         "skipped": {},

@@ -6,6 +6,8 @@ needs them: the ``header``; for a tenant, the ``rubric_version`` lines and the
 ``knowledge_document`` lines (shared by every agent); one ``agent`` line per agent (its trust
 record, the per-agent document of ``selectors.agent_export``); then every ``memory`` and every
 ``content_item``, in the order they were stored (an item's ``related_to`` names earlier items).
+A memory line's ``superseded_by`` names its successor by position among the document's memory
+lines (0 the first); the import stores the memories, then replays the supersessions.
 
 The document names nothing of the installation it came from: no tenant, no row ids, no time of
 export. Agents are named, items keep their own short ids (conversations quote them). Times a
@@ -125,6 +127,7 @@ def export_lines(scope: ExportScope) -> Iterator[tuple[str, str]]:
             for key in _AGENT_DERIVED:
                 record.pop(key)
             yield "agent", export_line({"type": "agent", **record})
+        successors = _successor_positions(scope)
         histories = memory_histories(scope)
         history: tuple[int, list[dict[str, Any]]] | None = next(histories, None)
         for memory in scope.memories().iterator(chunk_size=_CHUNK):
@@ -132,9 +135,34 @@ def export_lines(scope: ExportScope) -> Iterator[tuple[str, str]]:
             while history is not None and history[0] < memory.pk:
                 history = next(histories, None)
             events = history[1] if history is not None and history[0] == memory.pk else []
-            yield "memory", export_line(_memory(memory, names[memory.agent_id], events))
+            line = _memory(memory, names[memory.agent_id], events)
+            successor = memory.superseded_by
+            line["superseded_by"] = None if successor is None else successors.get(successor)
+            yield "memory", export_line(line)
         for item in scope.content_items().iterator(chunk_size=_CHUNK):
             yield "content_item", export_line(_content_item(item, names[item.agent_id]))
+
+
+def _successor_positions(scope: ExportScope) -> dict[int, int]:
+    """Each successor's position among the exported memories (id order), by its id: one query,
+    answering only for the memories that superseded another. A successor since deleted has
+    none, and its predecessors' ``superseded_by`` is null (their ``valid_until`` stays)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT id, position FROM (
+                SELECT id, row_number() OVER (ORDER BY id) - 1 AS position
+                FROM memory_memory
+                WHERE tenant_id = %(tenant)s AND (%(agent)s::bigint IS NULL OR agent_id = %(agent)s)
+            ) AS exported
+            WHERE id IN (
+                SELECT superseded_by FROM memory_memory
+                WHERE tenant_id = %(tenant)s AND superseded_by IS NOT NULL
+            )
+            """,
+            {"tenant": scope.tenant.pk, "agent": scope.agent.pk if scope.agent else None},
+        )
+        return {int(pk): int(position) for pk, position in cursor.fetchall()}
 
 
 def memory_histories(scope: ExportScope) -> Iterator[tuple[int, list[dict[str, Any]]]]:
@@ -220,6 +248,9 @@ def _memory(memory: Memory, agent: str, history: list[dict[str, Any]]) -> dict[s
         "last_retrieved_at": timestamp_text(memory.last_retrieved_at),
         "retrieval_count": memory.retrieval_count,
         "archived_at": timestamp_text(memory.archived_at),
+        # Its validity interval (superseded_by, its successor's position, is set by the caller).
+        "valid_from": timestamp_text(memory.valid_from),
+        "valid_until": timestamp_text(memory.valid_until),
         "history": history,
     }
 

@@ -4,7 +4,9 @@ the services that write each kind of row, so every row has the ledger events a r
 The whole import is one transaction holding the tenant's write lock: a malformed line (named by
 its number) or a refused write leaves nothing behind. Lines are read one at a time and memories
 stored in batches, so a large document is never held in memory (the transaction is, by
-PostgreSQL, not by us).
+PostgreSQL, not by us). A superseded memory's successor may come after it: its supersession is
+kept (a few numbers) and applied through the supersession service once every memory is stored,
+with the recorded end of validity, so the rebuild replays it as any other.
 
 An import is refused into a tenant that already holds agents, memories, knowledge, content or a
 rubric (``import_target_not_empty``), unless ``merge`` is asked for: then the lines are added to
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +30,12 @@ from django.db import transaction
 from config.api import ApiError
 from ledger.models import Agent, Tenant
 from ledger.services import tenant_write_lock
+from memory.consolidation.services import (
+    EXPLICIT,
+    Consolidation,
+    SupersessionCandidate,
+    supersessions_apply,
+)
 from memory.content.services import ActionRecord, ItemDraft, content_item_import
 from memory.episodic.services import MEMORY_BATCH_MAX, MemoryRecord, memories_import
 from memory.knowledge.services import DocumentFields, knowledge_document_create
@@ -49,6 +57,17 @@ class ExportLineInvalid(ApiError):
             details={"line": line, "problem": problem},
         )
         self.line = line
+
+
+@dataclass(frozen=True)
+class _Supersession:
+    """A memory line's supersession, applied once every memory is stored."""
+
+    line: int
+    position: int
+    successor: int
+    valid_until: datetime
+    updated_at: datetime
 
 
 @dataclass
@@ -77,6 +96,10 @@ class _Importer:
         # and inserts a batch at once. Each keeps its line number for the error of a bad batch.
         self.pending: list[tuple[int, MemoryRecord]] = []
         self.pending_agent: Agent | None = None
+        # The stored memories' ids by their position among the document's memory lines.
+        self.memory_ids: list[int] = []
+        self.memory_count = 0
+        self.supersessions: list[_Supersession] = []
         self.writers: dict[str, Callable[[DocumentReader], None]] = {
             "rubric_version": self._rubric_version,
             "knowledge_document": self._knowledge_document,
@@ -176,7 +199,24 @@ class _Importer:
             retrieval_count=count,
             archived_at=reader.when("archived_at", required=False),
             history=[_history_entry(entry) for entry in reader.items("history")],
+            # Exports from before supersession carry no interval: valid since it occurred.
+            valid_from=reader.when("valid_from", required=False),
         )
+        valid_until = reader.when("valid_until", required=False)
+        successor = reader.value.get("superseded_by")
+        if successor is None:
+            record = replace(record, valid_until=valid_until)
+        else:
+            if isinstance(successor, bool) or not isinstance(successor, int) or successor < 0:
+                raise reader.invalid("superseded_by", "must be a memory line's position or null")
+            if successor == self.memory_count:
+                raise reader.invalid("superseded_by", "names its own line")
+            if valid_until is None:
+                raise reader.invalid("valid_until", "is needed with superseded_by")
+            self.supersessions.append(
+                _Supersession(number, self.memory_count, successor, valid_until, record.updated_at)
+            )
+        self.memory_count += 1
         if self.pending_agent is not None and self.pending_agent.pk != agent.pk:
             self._flush()
         self.pending_agent = agent
@@ -188,14 +228,49 @@ class _Importer:
         if not self.pending or self.pending_agent is None:
             return
         try:
-            memories_import(
+            stored = memories_import(
                 agent=self.pending_agent, records=[r for _, r in self.pending], actor=self.actor
             )
         except ApiError as exc:
             index = int((exc.details or {}).get("index", 0))
             raise ExportLineInvalid(line=self.pending[index][0], problem=str(exc.detail)) from exc
+        self.memory_ids.extend(memory.pk for memory in stored)
         self.summary.imported["memory"] += len(self.pending)
         self.pending = []
+
+    def finish(self) -> None:
+        """Store what waits, then replay the supersessions the memory lines recorded."""
+        self._flush()
+        for supersession in self.supersessions:
+            self._supersede(supersession)
+
+    def _supersede(self, supersession: _Supersession) -> None:
+        if supersession.successor >= len(self.memory_ids):
+            raise ExportLineInvalid(
+                line=supersession.line,
+                problem=f"superseded_by: names no memory line ({supersession.successor})",
+            )
+        successor = Memory.objects.select_related("tenant", "agent").get(
+            pk=self.memory_ids[supersession.successor]
+        )
+        old = self.memory_ids[supersession.position]
+        plan = Consolidation(
+            mode="off",
+            decision="supersede",
+            decided_by=EXPLICIT,
+            candidates=(SupersessionCandidate(old, "", None, EXPLICIT),),
+        )
+        try:
+            # An explicit candidate the service cannot close (itself, another agent's) is refused.
+            supersessions_apply(
+                memory=successor,
+                plan=plan,
+                actor=self.actor,
+                now=supersession.updated_at,
+                valid_until=supersession.valid_until,
+            )
+        except ApiError as exc:
+            raise ExportLineInvalid(line=supersession.line, problem=str(exc.detail)) from exc
 
     def _content_item(self, reader: DocumentReader) -> None:
         action = None
@@ -283,5 +358,5 @@ def tenant_import_lines(
                 raise ExportLineInvalid(line=number, problem=str(exc.detail)) from exc
         if number == 0:
             raise ExportLineInvalid(line=1, problem="the document is empty")
-        importer._flush()
+        importer.finish()
     return importer.summary
