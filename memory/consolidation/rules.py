@@ -16,7 +16,6 @@ bench/supersession.py's chains of changing facts (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass
 
@@ -78,7 +77,9 @@ SLOTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 
 # Whose fact it is: "I live in Manchester" and "My parents live in Manchester" are about
-# different people, whatever their words share.
+# different people, whatever their words share; so are "My shoe size is 42" and "My son's shoe
+# size is 38": a possessive noun phrase ("my son's", "our team's", "my older brother's") names
+# its own holder.
 FIRST_PERSON = frozenset({"i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself"})
 FIRST_PLURAL = frozenset({"we", "we're", "we've", "we'll", "our", "ours", "us", "ourselves"})
 POSSESSIVES = frozenset({"my", "our", "his", "her", "their", "your"})
@@ -87,16 +88,53 @@ RELATIONS = frozenset(
     children colleague coworker co-worker manager boss friend neighbour neighbor cousin aunt
     uncle grandmother grandfather assistant""".split()  # noqa: SIM905 (a word list)
 )
+# How many words (adjectives: "my older brother's", "my best friend's") may stand between a
+# possessive and the noun whose fact it is.
+HOLDER_REACH = 3
+# Words as written, case kept, a trailing possessive apostrophe too ("parents'"); curly
+# apostrophes are read as straight ones.
+_TOKEN = re.compile(r"[A-Za-z0-9][\w@.'-]*[\w']|[A-Za-z0-9]")
 # A capitalised word (not an acronym: "CI" and "EUR" name topics and values).
 CAPITALISED = re.compile(r"(?<![\w'])[A-Z][a-z]+(?![\w'])")
 
 
+def _possessed(token: str, following: str | None) -> str | None:
+    """The noun a token names as a holder in its possessive form ("son's", "parents'"), else
+    None. "X's" is also "X is" ("My name's Dana", "my role's a ..."): read as a possessive only
+    when a lower-case word that is no stop word and holds no digit or @ follows."""
+    lowered = token.lower()
+    if lowered.endswith("s'"):
+        return lowered[:-1]
+    if not lowered.endswith("'s") or following is None:
+        return None
+    if following[0].isupper() or following.lower() in STOP_WORDS:
+        return None
+    if any(c.isdigit() or c == "@" for c in following):
+        return None
+    return lowered[:-2]
+
+
+def _singular(word: str) -> str:
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
 def holder(text: str) -> str:
-    """Whose fact a statement states: "self", "we", "rel:<relation>" or "other"."""
+    """Whose fact a statement states: "self", "we", "rel:<relation or possessor>" or "other"."""
+    tokens = _TOKEN.findall(text.replace("\u2019", "'"))
+    for at, token in enumerate(tokens):
+        if token.lower() not in POSSESSIVES:
+            continue
+        for offset, word in enumerate(tokens[at + 1 : at + 1 + HOLDER_REACH], start=at + 1):
+            following = tokens[offset + 1] if offset + 1 < len(tokens) else None
+            possessor = _possessed(word, following)
+            noun = _singular(possessor if possessor is not None else word.lower())
+            if noun in RELATIONS or possessor is not None:
+                return f"rel:{noun}"
+            if word.lower() in STOP_WORDS:
+                break
     found = words(text)
-    for before, after in itertools.pairwise(found):
-        if before in POSSESSIVES and after in RELATIONS:
-            return f"rel:{after}"
     if FIRST_PERSON.intersection(found):
         return "self"
     if FIRST_PLURAL.intersection(found):

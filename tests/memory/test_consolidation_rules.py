@@ -63,6 +63,52 @@ def test_the_holder_of_a_fact():
     assert holder("The launch is on March 3.") == "other"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("My son's shoe size is 38.", "rel:son"),
+        ("My son\u2019s shoe size is 35.", "rel:son"),
+        ("My wife's car is a Golf.", "rel:wife"),
+        ("Our team's standup is at 9.", "rel:team"),
+        ("My manager's name is Dana.", "rel:manager"),
+        ("My older brother's flat is in Leeds.", "rel:brother"),
+        ("My parents' house is in York.", "rel:parent"),
+        # "'s" for "is" leaves the fact the speaker's.
+        ("My name's Dana.", "self"),
+        ("My role's a product manager now.", "self"),
+        ("My email's dana@example.com", "self"),
+    ],
+)
+def test_a_possessive_noun_phrase_names_its_own_holder(text, expected):
+    assert holder(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("new", "old"),
+    [
+        ("My shoe size is 42.", "My son's shoe size is 38."),
+        ("My son's shoe size is 38.", "My shoe size is 42."),
+        ("My shoe size is 42.", "My wife's shoe size is 39."),
+        ("Our standup is at 10 now.", "Our team's standup is at 9."),
+        ("My office is in Leeds now.", "My manager's office is in York."),
+    ],
+)
+def test_a_fact_of_someone_named_by_a_possessive_is_not_the_speakers(new, old):
+    verdict = rule_verdict(new=new, old=old, similarity=0.9, rule=RULE)
+
+    assert not verdict.supersedes
+    assert verdict.reason.startswith("about ")
+
+
+def test_a_possessors_own_fact_still_supersedes_its_older_value():
+    assert rule_verdict(
+        new="My son's shoe size is 38 now.",
+        old="My son's shoe size is 35.",
+        similarity=0.9,
+        rule=RULE,
+    ).supersedes
+
+
 def test_the_models_answer_in_mem0s_shape_is_read():
     entries = [
         {"id": "1", "text": "x", "event": "UPDATE", "old_memory": "y"},
