@@ -141,7 +141,7 @@ def test_a_memory_supersedes_others_after_the_fact(client, agent, settings):
         f"/api/v1/memories/{gbp.pk}/supersede/", {"supersedes": [gbp.pk]}, format="json"
     )
     assert itself.json()["error"]["code"] == "invalid_supersedes"
-    history = client.get(f"/api/v1/memories/{eur.pk}/history/").json()
+    history = client.get(f"/api/v1/memories/{eur.pk}/history/").json()["results"]
     assert [entry["kind"] for entry in history] == ["memory.stored", "memory.superseded"]
 
 
