@@ -324,4 +324,10 @@ def memories_nearest(
                 "k": k,
             },
         )
-        return [(int(row.id), float(row.distance)) for row in rows_named(cursor)]
+        # A vector without a direction (an older install's, before the cleanup migration) has no
+        # distance (NULL): it is nobody's neighbour rather than a failed store or search.
+        return [
+            (int(row.id), float(row.distance))
+            for row in rows_named(cursor)
+            if row.distance is not None
+        ]
