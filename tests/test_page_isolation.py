@@ -45,6 +45,10 @@ class Page:
             "trust:override_revert": "/trust/overrides/{pk}/revert",
             "trust:override_revert_withdraw": "/trust/overrides/{pk}/revert/withdraw",
             "trust:override_confirm": "/trust/overrides/{pk}/confirm",
+            "trust:overrides": "/trust/review/overrides/",
+            "trust:overrides_confirm": "/trust/review/overrides/confirm",
+            "trust:override_detail": "/trust/review/overrides/{pk}/",
+            "trust:override_step": "/trust/review/overrides/{pk}/confirm",
             "trust:flag_review": "/trust/flags/{pk}/review",
             "trust:proposal_decide": "/trust/proposals/{pk}/decide",
             "memory:explorer": "/memory/",
@@ -70,6 +74,11 @@ PAGES = (
     Page("trust:override_revert", "post", victim="override"),
     Page("trust:override_revert_withdraw", "post", victim="override"),
     Page("trust:override_confirm", "post", victim="override"),
+    Page("trust:overrides"),
+    # Another tenant's ids in a bulk confirm refuse the batch (tests/trust/test_review_flow.py).
+    Page("trust:overrides_confirm", "post", data=(("ids", "1"),)),
+    Page("trust:override_detail", victim="override"),
+    Page("trust:override_step", "post", victim="override"),
     Page("trust:flag_review", "post", victim="flag", data=(("decision", "dismissed"),)),
     Page(
         "trust:proposal_decide",
