@@ -13,8 +13,9 @@ Reusable by every dashboard's browser tests:
 - ``screenshot(name)``: saves a full-page PNG of the current page to var/screenshots/<name>.png
   (the test artefacts; CI keeps var/). ``screenshot(name, doc=True)`` also writes what is on
   screen (the viewport, at device scale 1; or the element a selector ``doc="#id"`` names) to
-  docs/img/<name>.png, the pictures
-  docs/dashboards.md shows: each run of the tests keeps them current.
+  docs/img/<name>.png, the pictures docs/dashboards.md shows, when DOC_SCREENSHOTS=1 is set
+  (``DOC_SCREENSHOTS=1 make test ARGS=tests/browser``); otherwise to var/screenshots/doc/, so an
+  ordinary run leaves the checkout clean (the pictures hold times that change every run).
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PASSWORD = "browser-test-password-1"
 SCREENSHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
-DOC_IMAGES = Path(settings.BASE_DIR) / "docs" / "img"
+DOC_IMAGES = (
+    Path(settings.BASE_DIR) / "docs" / "img"
+    if os.environ.get("DOC_SCREENSHOTS") == "1"
+    else SCREENSHOTS / "doc"
+)
 VIEWPORT = {"width": 1366, "height": 900}  # a laptop screen
 
 
