@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.db.models import Q
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from config.api import ApiError
+from config.datetimes import client_datetime_parse
 
 # The predicate, as a condition to append to a WHERE over memory_memory, with the parameters
 # %(now)s, %(as_of)s and %(include_superseded)s (``Validity.params``). Every value is a
@@ -71,14 +70,15 @@ def validity_from_query(params: Mapping[str, str]) -> Validity:
     """The validity of a list's query parameters ``as_of`` and ``include_superseded``."""
     as_of = None
     if params.get("as_of"):
-        as_of = parse_datetime(params["as_of"])
+        # The shared parser: an offset of 24 h or more, or year 1 east of UTC, is "no instant"
+        # (a 400), never a 500 from Python or PostgreSQL.
+        as_of = client_datetime_parse(params["as_of"])
         if as_of is None:
             raise ApiError(
                 code="invalid_parameter",
-                message="as_of must be an ISO 8601 date and time, e.g. 2026-05-01T12:00:00Z.",
+                message="as_of must be an ISO 8601 date and time with an offset under 24 hours, "
+                "e.g. 2026-05-01T12:00:00Z.",
             )
-        if timezone.is_naive(as_of):
-            as_of = timezone.make_aware(as_of, UTC)
     return validity_chosen(
         as_of=as_of, include_superseded=params.get("include_superseded") == "true"
     )
