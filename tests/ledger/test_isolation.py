@@ -79,6 +79,21 @@ ENDPOINTS = [
     Endpoint("delete", "/api/v1/memories/{id}/", Role.AGENT, target="memory"),
     Endpoint("get", "/api/v1/memories/{id}/history/", Role.AGENT, target="memory"),
     Endpoint(
+        "post", "/api/v1/memories/{id}/supersede/", Role.AGENT, {"supersedes": [1]}, target="memory"
+    ),
+    Endpoint(
+        "post",
+        "/api/v1/memories/bulk-update/",
+        Role.AGENT,
+        {"agent": "Creator1", "ids": [1], "dry_run": True, "changes": {"importance": 0.5}},
+    ),
+    Endpoint(
+        "post",
+        "/api/v1/memories/bulk-delete/",
+        Role.AGENT,
+        {"agent": "Creator1", "ids": [1], "dry_run": True},
+    ),
+    Endpoint(
         "post",
         "/api/v1/memories/search/",
         Role.AGENT,
