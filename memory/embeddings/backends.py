@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
 from django.conf import settings
 
 from config.http import ExternalServiceError, post_json
@@ -134,21 +136,81 @@ def embedder() -> Embedder:
 
 
 def embedder_reset() -> None:
-    """Forget the configured embedder (tests switch settings between backends)."""
+    """Forget the configured embedder and its vectors (tests switch settings between
+    backends)."""
     _configured_embedder.cache_clear()
+    _vector_cache.clear()
 
 
 def embedder_name() -> str:
     return embedder().name
 
 
+class VectorCache:
+    """The last ``EMBEDDING_CACHE_TEXTS`` texts' unit vectors, per process, least recently used
+    out first. A model gives a text the same vector every time, so a hit is exactly what the
+    embedder would answer; float64 arrays give back the very floats that were put in, at a
+    fifth of the memory of Python lists."""
+
+    def __init__(self) -> None:
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> list[float] | None:
+        if settings.EMBEDDING_CACHE_TEXTS <= 0:
+            return None
+        with self._lock:
+            vector = self._vectors.get(text)
+            if vector is None:
+                return None
+            self._vectors.move_to_end(text)
+        return vector.tolist()  # type: ignore[no-any-return]
+
+    def put(self, text: str, vector: list[float]) -> None:
+        size = settings.EMBEDDING_CACHE_TEXTS
+        if size <= 0:
+            return
+        with self._lock:
+            self._vectors[text] = np.asarray(vector, dtype=np.float64)
+            self._vectors.move_to_end(text)
+            while len(self._vectors) > size:
+                self._vectors.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._vectors.clear()
+
+
+_vector_cache = VectorCache()
+
+
 def embed_texts(texts: Sequence[str]) -> list[list[float]]:
-    """Unit vectors for the texts, from whichever backend is configured.
+    """Unit vectors for the texts, from whichever backend is configured; texts embedded lately
+    by this process come from its ``VectorCache`` without calling the backend.
 
     A vector without a direction (zeros, NaN, infinity: a broken endpoint, a model gone wrong)
     fails the call like an outage, so callers fall back exactly as they do when the embedder is
     down, and no such vector is ever stored.
     """
+    found: dict[str, list[float]] = {}
+    for text in texts:
+        if text not in found and (vector := _vector_cache.get(text)) is not None:
+            found[text] = vector
+    missing = list(dict.fromkeys(text for text in texts if text not in found))
+    if missing:
+        for text, vector in zip(missing, _embedded(missing), strict=True):
+            _vector_cache.put(text, vector)
+            found[text] = vector
+    # A text asked for twice gets two lists: callers may change what they are given.
+    answered: set[str] = set()
+    vectors = []
+    for text in texts:
+        vectors.append(list(found[text]) if text in answered else found[text])
+        answered.add(text)
+    return vectors
+
+
+def _embedded(texts: list[str]) -> list[list[float]]:
     try:
         with embedder_timed(settings.EMBEDDING_BACKEND):
             vectors = embedder().embed(texts)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
 DIMENSIONS = 384
@@ -40,6 +41,14 @@ def _package_file(package: str, relative: str) -> Path:
     raise FileNotFoundError(f"{relative} is missing from the {package!r} package")
 
 
+def _configured_threads() -> int:
+    """EMBEDDING_THREADS; outside Django (the research benchmarks, which embed big batches
+    alone on the machine) up to two."""
+    if settings.configured:
+        return max(1, settings.EMBEDDING_THREADS)
+    return min(os.cpu_count() or 1, 2)
+
+
 class LocalEmbedder:
     name = f"local:{MODEL_NAME}"
     dimensions = DIMENSIONS
@@ -49,11 +58,8 @@ class LocalEmbedder:
         from tokenizers import Tokenizer
 
         options = onnxruntime.SessionOptions()
-        # One request embeds one short text: more threads than cores only adds contention.
-        # Two threads embed a query faster on a quiet machine and one on a busy one, by half a
-        # millisecond either way (bench/embedding_threads.py); a second session to choose per
-        # call would cost about 100 MB in every process that embeds. Batches gain from two.
-        options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 2)
+        # EMBEDDING_THREADS (default 1) unless the caller says: see config/settings.py.
+        options.intra_op_num_threads = threads or _configured_threads()
         options.inter_op_num_threads = 1
         # onnxruntime's idle threads spin for a while after each operator by default, holding a
         # core the database needs for the same search: on 2 cores, a query's embedding took
