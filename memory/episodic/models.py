@@ -4,7 +4,7 @@ their keyword documents."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -35,6 +35,11 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         return self.filter(archived_at__isnull=True).filter(
             models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=moment)
         )
+
+
+def speaker_of(*, role: str, metadata: dict[str, Any]) -> str:
+    """Who said it, as the embedder is told: the ``speaker`` metadata, else the role."""
+    return str(metadata.get("speaker") or role)
 
 
 class Memory(models.Model):
@@ -154,6 +159,10 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return f"memory {self.pk} of agent {self.agent_id}"
+
+    @property
+    def speaker(self) -> str:
+        return speaker_of(role=self.role, metadata=self.metadata)
 
 
 class MemoryTerm(models.Model):

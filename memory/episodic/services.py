@@ -39,6 +39,7 @@ from memory.embeddings.backends import (
 from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH, Embedded, vectors_backfill
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from memory.episodic import policies
+from memory.episodic.models import speaker_of
 from memory.episodic.sealing import key_new, seal
 from memory.models import Memory, MemoryKey, MemoryRole
 from memory.search.keyword_index import SessionPosition, search_documents_refresh_around
@@ -115,7 +116,7 @@ def memory_embedding_text(
     """What the embedder sees: "[8 May 2023] speaker: content" (measured on LoCoMo: the date and
     the speaker add as much recall as the model itself, docs/retrieval-research.md; a date in
     words beats an ISO date, R@10 0.787 -> 0.802 through the service)."""
-    speaker = str(metadata.get("speaker") or role)
+    speaker = speaker_of(role=role, metadata=metadata)
     return f"[{when.day} {when:%B %Y}] {speaker}: {content}"
 
 

@@ -358,3 +358,30 @@ def test_a_batch_is_judged_by_the_rule_not_the_model(agent, chat_model):
 
     assert chat_model.requests == []
     assert Memory.objects.get(content=EUR).valid_until == JUNE
+
+
+@pytest.mark.parametrize(
+    ("stored_cosine", "speaker", "embedded_again"),
+    [
+        (0.20, "user", False),  # same frame: the content cannot come near the threshold
+        (0.58, "user", True),  # within the margin: the content might reach it
+        (0.20, "assistant", True),  # another speaker's frame says nothing about the content
+    ],
+)
+def test_neighbours_that_cannot_reach_the_threshold_are_not_embedded_again(
+    monkeypatch, settings, stored_cosine, speaker, embedded_again
+):
+    from memory.consolidation import services as consolidation
+
+    settings.CONSOLIDATION_SIMILARITY_THRESHOLD = 0.6
+    embedded: list[list[str]] = []
+    real = consolidation.embed_texts
+    monkeypatch.setattr(
+        consolidation, "embed_texts", lambda texts: embedded.append(list(texts)) or real(texts)
+    )
+    new = Memory(content=GBP, role="user", metadata={})
+    neighbour = consolidation._Neighbour(1, EUR, stored_cosine, speaker)
+
+    consolidation._rule_plan(new, [neighbour], "propose")
+
+    assert embedded == ([[GBP, EUR]] if embedded_again else [])
