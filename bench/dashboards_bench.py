@@ -214,10 +214,13 @@ def _timed_data(tenant: Any) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
     from ledger.models import Agent
+    from trust.rounds.selectors import overrides_waiting
 
     user = get_user_model().objects.get(username="bench-admin")
     busiest = Agent.objects.filter(tenant=tenant).order_by("pk").first()
-    return {"user": user, "agent": busiest}
+    # The review flow's detail page opens on the override a reviewer meets first.
+    first_waiting = overrides_waiting(tenant=tenant).values_list("pk", flat=True).first()
+    return {"user": user, "agent": busiest, "override_id": first_waiting}
 
 
 def main() -> None:
@@ -269,6 +272,12 @@ def dashboards_measure(args: argparse.Namespace, summary: dict[str, Any]) -> Non
             ("overview table (HTMX, page 3)", "/trust/?page=3", {"HX-Request": "true"}),
             (f"agent page ({agent.name})", f"/trust/agents/{agent.pk}/", {}),
             ("review queue", "/trust/review/", {}),
+            ("overrides (waiting)", "/trust/review/overrides/", {}),
+            ("overrides (any status, page 50)", "/trust/review/overrides/?status=any&page=50", {}),
+            # Unconfirmed like the waiting ones (the bench confirms the waiting ones), 20 rows.
+            ("overrides (stood past deadline)", "/trust/review/overrides/?status=stands", {}),
+            ("override detail (first waiting)",
+             f"/trust/review/overrides/{data['override_id']}/", {}),
         ]  # fmt: skip
         if args.only:
             pages = [page for page in pages if args.only in page[0]]
