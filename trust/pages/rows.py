@@ -67,6 +67,20 @@ def override_outcome(
     return {"state": "stands", "at": minute(deadline)}
 
 
+def override_outcome_rows(
+    overrides: Sequence[Override], *, confirmations: dict[int, Confirmation], now: datetime
+) -> list[dict[str, Any]]:
+    """One row per override with where it stands, confirmations included as the review pages
+    show them: the agent page's override history (templates/trust/partials/agent_overrides.html)."""
+    return [
+        {
+            "override": override,
+            "outcome": override_outcome(override, confirmations.get(override.pk), now),
+        }
+        for override in overrides
+    ]
+
+
 def text_head(text: str) -> str:
     """``|truncatechars:140``. Truncator walks the text a character at a time to leave combining
     marks uncounted; an ASCII text has none, so its length alone says where it is cut."""

@@ -38,7 +38,7 @@ from trust.pages.forms import (
     OverviewFilterForm,
     ProposalDecisionForm,
 )
-from trust.pages.rows import override_outcome, override_rows_shown
+from trust.pages.rows import override_outcome_rows, override_rows_shown
 from trust.pages.words import score_change_words
 from trust.rounds import overrides
 from trust.rounds import selectors as round_selectors
@@ -178,11 +178,14 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "dissents": dissents,
         "dissent_links": _pager_links(request, dissents, "dissents"),
         "overrides": overrides,
-        # The agent's history shows no confirmations: an open override waits or stands.
-        "override_rows": [
-            {"override": override, "outcome": override_outcome(override, None, now)}
-            for override in overrides
-        ],
+        # Confirmed ones as the review queue and the review list show them.
+        "override_rows": override_outcome_rows(
+            overrides,
+            confirmations=round_selectors.override_confirmations(
+                tenant=agent.tenant, override_ids=[override.pk for override in overrides]
+            ),
+            now=now,
+        ),
         "override_links": _pager_links(request, overrides, "overrides"),
         "nav_section": "trust",
         "now": now,
