@@ -10,6 +10,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Func
+from django.db.models.fields.json import KT
 
 from ledger.names import AGENT_NAME_KEY_MAX_LENGTH, AGENT_NAME_MAX_LENGTH, agent_name_key
 
@@ -222,6 +223,15 @@ class Event(models.Model):
             models.Index(fields=["tenant", "round_id", "seq"], name="event_round_seq"),
             # Keyword lookups of memory search over the audit log (btree_gin, memory/0004).
             GinIndex(fields=["tenant", "search_words"], name="event_search_words"),
+            # The review pages read reviewers' confirmations by override id, a page of rows at a
+            # time (trust.rounds.selectors.override_confirmations): only those events, keyed by
+            # the id as text, so the lookup does not scan every confirmation of the tenant.
+            models.Index(
+                F("tenant"),
+                KT("payload__override_id"),
+                name="event_override_confirmed",
+                condition=models.Q(kind="override.confirmed"),
+            ),
         ]
         ordering = ["seq"]
 

@@ -457,6 +457,37 @@ def test_a_reviewer_confirms_an_override_as_a_ledger_event_in_their_name(login, 
     assert queue_page.context["waiting_rows"][0]["confirmation"].by == "human:grace"
 
 
+def test_the_agent_page_shows_a_confirmed_override_as_the_review_pages_do(
+    login, waiting_override, agent
+):
+    # One confirmed before its deadline (it would show "Waiting"), one after (it would show
+    # "Stands"), one left unconfirmed: only the first two are confirmed on every page.
+    past = override_row(agent, timezone.now() - timedelta(days=3))
+    unconfirmed = override_row(agent, timezone.now() - timedelta(days=4))
+    client = login(username="grace")
+    for override in (waiting_override, past):
+        client.post(f"/trust/overrides/{override.pk}/confirm", **HTMX)
+
+    page = client.get(f"/trust/agents/{agent.pk}/")
+    partial = _hx(client, f"/trust/agents/{agent.pk}/", target="overrides")
+    queue = client.get("/trust/review/overrides/", {"status": "any"})
+
+    listed = {row["override"].pk: row["shown"]["outcome"] for row in queue.context["rows"]}
+    for response in (page, partial):
+        shown = {row["override"].pk: row["outcome"] for row in response.context["override_rows"]}
+        assert shown == listed
+        assert [shown[o.pk]["state"] for o in (waiting_override, past, unconfirmed)] == [
+            "confirmed",
+            "confirmed",
+            "stands",
+        ]
+        html = response.content.decode()
+        row = html.split(f'id="override-history-{past.pk}"', 1)[1].split("</tr>", 1)[0]
+        assert '<span class="badge badge--ok">Confirmed</span>' in row
+        assert "by human:grace" in row
+        assert "Stands" not in row
+
+
 def test_without_htmx_an_action_redirects_back_to_the_queue(login, waiting_override):
     response = login().post(f"/trust/overrides/{waiting_override.pk}/revert")
 

@@ -28,6 +28,7 @@ from config.web import partial_wanted, role_required, tenant_membership
 from ledger.models import Agent, Role
 from trust.pages.diffs import word_diff
 from trust.pages.forms import OverrideFilterForm, OverrideNoteForm, filters_query, override_ids
+from trust.pages.rows import override_outcome
 from trust.pages.views import NOTE_INVALID, _actor, _attempt, _override_rows, _pager_links
 from trust.rounds import overrides
 from trust.rounds import selectors as round_selectors
@@ -68,7 +69,7 @@ def override_list(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     rows = round_selectors.overrides_filtered(tenant=tenant, filters=filters, now=now)
     page = Paginator(rows, OVERRIDES_PER_PAGE).get_page(request.GET.get("page"))
-    (page_rows,) = _override_rows(request, list(page))
+    (page_rows,) = _override_rows(request, list(page), now=now)
     query = filters_query(filters)
     context: dict[str, Any] = {
         "form": form,
@@ -120,8 +121,9 @@ def overrides_confirm_bulk(request: HtmxHttpRequest) -> HttpResponse:
         (messages.error if error else messages.success)(request, said)
         return redirect(_safe_next(request))
     changed = list(round_selectors.overrides_for_review(tenant=tenant).filter(pk__in=confirmed))
-    (rows,) = _override_rows(request, changed)
-    context = {"said": said, "error": bool(error), "rows": rows, "now": timezone.now()}
+    now = timezone.now()
+    (rows,) = _override_rows(request, changed, now=now)
+    context = {"said": said, "error": bool(error), "rows": rows, "now": now}
     return render(request, "trust/partials/bulk_confirmed.html", context)
 
 
@@ -151,11 +153,13 @@ def _item_context(
         overrides=[(override.pk, override.agent_id, override.occurred_at)] if open_ else [],
         now=now,
     )
+    confirmation = round_selectors.override_confirmations(
+        tenant=tenant, override_ids=[override.pk]
+    ).get(override.pk)
     return {
         "override": override,
-        "confirmation": round_selectors.override_confirmations(
-            tenant=tenant, override_ids=[override.pk]
-        ).get(override.pk),
+        "confirmation": confirmation,
+        "outcome": override_outcome(override, confirmation, now),
         "preview": previews.get(override.pk),
         "diff": word_diff(override.agent_output, override.human_decision),
         "context_json": json.dumps(override.context, indent=2) if override.context else "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -37,6 +38,7 @@ from trust.pages.forms import (
     OverviewFilterForm,
     ProposalDecisionForm,
 )
+from trust.pages.rows import override_outcome_rows, override_rows_shown
 from trust.pages.words import score_change_words
 from trust.rounds import overrides
 from trust.rounds import selectors as round_selectors
@@ -170,20 +172,28 @@ def agent_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     overrides = Paginator(round_selectors.agent_overrides(agent=agent), EVIDENCE_PER_PAGE).get_page(
         request.GET.get("overrides")
     )
+    now = timezone.now()
     context: dict[str, Any] = {
         "agent": agent,
         "dissents": dissents,
         "dissent_links": _pager_links(request, dissents, "dissents"),
         "overrides": overrides,
+        # Confirmed ones as the review queue and the review list show them.
+        "override_rows": override_outcome_rows(
+            overrides,
+            confirmations=round_selectors.override_confirmations(
+                tenant=agent.tenant, override_ids=[override.pk for override in overrides]
+            ),
+            now=now,
+        ),
         "override_links": _pager_links(request, overrides, "overrides"),
         "nav_section": "trust",
-        "now": timezone.now(),
+        "now": now,
     }
     if partial_wanted(request, "dissents"):
         return render(request, "trust/partials/agent_dissents.html", context)
     if partial_wanted(request, "overrides"):
         return render(request, "trust/partials/agent_overrides.html", context)
-    now = context["now"]
     chart = score_selectors.trust_chart(agent=agent)
     context.update(
         breakdown=score_selectors.agent_trust_breakdown(agent=agent, now=now),
@@ -229,9 +239,12 @@ def agent_export(request: HtmxHttpRequest, pk: int) -> JsonResponse:
 # --- Review queue ------------------------------------------------------------------------------
 
 
-def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[list[dict[str, Any]]]:
+def _override_rows(
+    request: HtmxHttpRequest, *groups: list[Override], now: datetime
+) -> list[list[dict[str, Any]]]:
     """Each group of overrides as rows with their confirmations and, for the open ones, what
-    marking them regretted would do to the agent's trust (one query each for all groups)."""
+    marking them regretted would do to the agent's trust (one query each for all groups), with
+    the strings the row template prints (trust.pages.rows)."""
     tenant = tenant_membership(request).tenant
     confirmed = round_selectors.override_confirmations(
         tenant=tenant, override_ids=[o.pk for group in groups for o in group]
@@ -246,10 +259,7 @@ def _override_rows(request: HtmxHttpRequest, *groups: list[Override]) -> list[li
         ],
     )
     return [
-        [
-            {"override": o, "confirmation": confirmed.get(o.pk), "preview": previews.get(o.pk)}
-            for o in group
-        ]
+        override_rows_shown(group, confirmations=confirmed, previews=previews, now=now)
         for group in groups
     ]
 
@@ -269,10 +279,13 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
         "is_admin": Role.allows(tenant_membership(request).role, Role.ADMIN),
     }
     if partial_wanted(request, "waiting"):
-        (context["waiting_rows"],) = _override_rows(request, list(waiting_page))
+        (context["waiting_rows"],) = _override_rows(request, list(waiting_page), now=now)
         return render(request, "trust/partials/waiting_overrides.html", context)
     context["waiting_rows"], context["recent_rows"] = _override_rows(
-        request, list(waiting_page), round_selectors.overrides_recent(tenant=tenant, now=now)
+        request,
+        list(waiting_page),
+        round_selectors.overrides_recent(tenant=tenant, now=now),
+        now=now,
     )
     context.update(
         flags=governance_selectors.gaming_flags_open(tenant=tenant),
@@ -304,7 +317,7 @@ def _override_of(request: HtmxHttpRequest, pk: int) -> Override:
 def _override_answer(request: HtmxHttpRequest, override: Override, error: str) -> HttpResponse:
     override.refresh_from_db()
     now = timezone.now()
-    ((row,),) = _override_rows(request, [override])
+    ((row,),) = _override_rows(request, [override], now=now)
     return _answer(request, "trust/partials/override_row.html", {"row": row, "now": now}, error)
 
 

@@ -190,6 +190,17 @@ class Override(TenantOwned):
                 condition=models.Q(reverted_at__isnull=True),
             ),
             models.Index(fields=["tenant", "decided_by"], name="override_decided_by"),
+            # The review list's pages in HISTORY_ORDER (trust.rounds.selectors): newest first,
+            # read in order up to the page instead of sorting every override of the tenant.
+            models.Index(fields=["tenant", "-occurred_at", "-id"], name="override_history"),
+            # Counting the open overrides of a status for the review list's pager reads only
+            # this index: the deadline says waiting or past it, the id whether it is confirmed.
+            models.Index(
+                fields=["tenant", "auto_check_deadline"],
+                name="override_open_ids",
+                include=["id"],
+                condition=models.Q(reverted_at__isnull=True),
+            ),
         ]
         ordering = ["id"]
 

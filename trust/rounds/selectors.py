@@ -146,13 +146,14 @@ def override_confirmations(
     *, tenant: Tenant, override_ids: Sequence[int]
 ) -> dict[int, Confirmation]:
     """Who confirmed which of these overrides, read from their ``override.confirmed`` events
-    (the latest confirmation of each wins)."""
+    (the latest confirmation of each wins). The ids are compared as text, the key of the
+    ``event_override_confirmed`` index (ledger.models.Event)."""
     if not override_ids:
         return {}
     events = (
-        Event.objects.filter(
-            tenant=tenant, kind=OVERRIDE_CONFIRMED, payload__override_id__in=list(override_ids)
-        )
+        Event.objects.filter(tenant=tenant, kind=OVERRIDE_CONFIRMED)
+        .annotate(override_key=KT("payload__override_id"))
+        .filter(override_key__in=[str(pk) for pk in override_ids])
         .order_by("seq")
         .values_list("payload", "actor", "created_at")
     )
@@ -196,7 +197,10 @@ def review_order(status: str) -> tuple[str, str]:
 
 
 def _confirmed(tenant: Tenant) -> Q:
-    """Overrides with an ``override.confirmed`` event (a subquery on the events' kind index)."""
+    """Overrides with an ``override.confirmed`` event. A NOT IN over them hashes the tenant's
+    confirmations once (read through the ``event_override_confirmed`` index); NOT EXISTS probes
+    the index per override instead, cheaper for the waiting few but twice the CPU when counting
+    the thousands of settled ones (measured at 20,000 overrides, 5,000 confirmations)."""
     ids = (
         Event.objects.filter(tenant=tenant, kind=OVERRIDE_CONFIRMED)
         .annotate(override=Cast(KT("payload__override_id"), BigIntegerField()))
