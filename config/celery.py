@@ -47,6 +47,16 @@ def _verify_deployment(**_: object) -> None:
 
 
 @worker_process_init.connect
+def _background_priority(**_: object) -> None:
+    # Each pool process, not the worker's main one: tasks run in the pool, and a worker started
+    # inside another program (the tests' solo pool) must not lower that program's priority.
+    from django.conf import settings
+
+    if settings.WORKER_NICENESS:
+        os.nice(settings.WORKER_NICENESS)
+
+
+@worker_process_init.connect
 def _tracing_started(**_: object) -> None:
     from config.tracing import tracing_start
 

@@ -198,6 +198,12 @@ JOB_TIME_BUDGET_SECONDS = env_int("JOB_TIME_BUDGET_SECONDS", 240)
 JOB_SOFT_TIME_LIMIT_SECONDS = JOB_TIME_BUDGET_SECONDS + 60
 JOB_HARD_TIME_LIMIT_SECONDS = JOB_TIME_BUDGET_SECONDS + 120
 WORKER_HEARTBEAT_INTERVAL_SECONDS = env_int("WORKER_HEARTBEAT_INTERVAL_SECONDS", 15)
+# The niceness (0-19) of the worker's pool processes, which run every task: embedding ledger
+# events, the jobs. Background work that shares a machine with web processes should yield the
+# CPU to a request waiting for it. 0 leaves them at the worker's own priority.
+WORKER_NICENESS = env_int("WORKER_NICENESS", 10)
+if not 0 <= WORKER_NICENESS <= 19:
+    raise ImproperlyConfigured("WORKER_NICENESS must be from 0 to 19.")
 # /healthz calls the worker unhealthy when its last heartbeat task ran longer ago than this.
 WORKER_HEARTBEAT_MAX_AGE_SECONDS = env_int("WORKER_HEARTBEAT_MAX_AGE_SECONDS", 60)
 # Only the heartbeat lives here (beat copies it into the database at start, overwriting edits);

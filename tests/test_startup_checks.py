@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,49 @@ def test_the_celery_worker_stops_before_taking_a_task(tmp_path):
     assert result.returncode != 0
     assert "refuses to start" in result.stderr
     assert "EMBEDDING_DIMENSIONS=768" in result.stderr
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()] if path.exists() else []
+
+
+def _niceness(pid: int) -> int:
+    # Field 19 of /proc/<pid>/stat; the command name (field 2) may hold spaces, so split after it.
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("niceness", ["10", "0"])
+def test_the_workers_pool_runs_tasks_at_the_configured_niceness(tmp_path, niceness):
+    env = {
+        **os.environ,
+        "WORKER_NICENESS": niceness,
+        "AGENT_MEMORY_DATA_DIR": str(tmp_path),
+        # The pool starts before the worker reaches its broker: nothing needs to answer.
+        "DATABASE_URL": "postgresql://nobody:nothing@127.0.0.1:9/nothing",
+        "REDIS_URL": "redis://127.0.0.1:9/0",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+    }
+    command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "prefork"]
+    worker = subprocess.Popen(
+        [*command, "--concurrency", "2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, so the pool goes with it
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while len(pool := _children(worker.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # worker_process_init runs just after the fork
+        assert len(pool) == 2, "the worker's pool did not start"
+        assert _niceness(worker.pid) == os.nice(0)
+        assert [_niceness(child) for child in _children(worker.pid)] == [
+            os.nice(0) + int(niceness)
+        ] * 2
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
