@@ -93,6 +93,10 @@ class Memory(models.Model):
     # (memory.search.keyword_index keeps it current). ``search_length`` counts its lexeme positions,
     # the document length of Okapi BM25.
     search_vector = SearchVectorField(null=True, blank=True)
+    # Who said it, as search reads it (the keyword line, the embedding text): the speaker the
+    # client gave in the metadata, else the one its session shows (memory.episodic.speakers),
+    # else blank (the role stands). Derived, like the vector and the keyword document.
+    speaker = models.CharField(max_length=200, blank=True, default="")
     search_length = models.PositiveIntegerField(default=0)
 
     objects = MemoryQuerySet.as_manager()
