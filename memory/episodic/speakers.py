@@ -32,6 +32,7 @@ _ADDRESS_PATTERNS = (
     re.compile(r", " + _NAME + r"[!?.,]"),
     re.compile(r"^" + _NAME + r"[,!] "),
 )
+# A word written in lower case: a capitalised form of it in a vocative's place is no name.
 _LOWER_WORD = re.compile(r"\b[a-z][a-z-]*\b")
 # Interjections in those places, which are no one's name and, unlike most other capitalised
 # words there ("Those, ...", "Exciting!"), are rarely written in lower case elsewhere.
@@ -40,14 +41,16 @@ _INTERJECTION = re.compile(
     r"Ouch|Ugh|Hmm|Mm+|Yum|Bye|Cheers|Congrats|Thanks|Hey|Hi|Hello|Okay|Ok|Btw|Omg|Agreed|Sure|"
     r"Totally|Absolutely|Definitely|Exactly|Right|True|Cool|Nice|Great|Awesome|Amazing|Sorry)"
 )
-# A name speaks one side of a session when the other side addresses it at least this often and
-# its own side hardly ever does (a third person talked about is addressed by no one).
+# A name speaks one side of a session when the other side addresses it and its own side hardly
+# ever does (at most this share of its addresses); the side is named when that happened
+# MIN_ADDRESSES times, or once when the other side is named too. Set on how often the dev
+# sessions' turns are named, and named wrongly, not on recall (docs/retrieval-research.md).
 MIN_ADDRESSES = 2
 MAX_STRAY_SHARE = 0.2
 
 
 def addressed_names(content: str) -> list[str]:
-    """The names this text addresses, in order, repeats kept."""
+    """The names this text addresses, repeats kept."""
     names = []
     for pattern in _ADDRESS_PATTERNS:
         for match in pattern.finditer(content):
