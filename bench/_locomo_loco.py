@@ -2,7 +2,7 @@
 
 The production pipeline, not a model of it: the dev turns are stored with
 ``memories_store`` (the same drafts bench/locomo_api.py posts, embeddings computed once with the
-service's own embedder and ``memory_embedding_text``, cached under --cache), each question's
+service's own embedder and ``memory_embedding_texts``, cached under --cache), each question's
 candidates come from ``memory.search.selectors.search_candidates`` (the service's SQL, every
 source) and are ranked by ``hits_ranked`` (memory.search.ranking) under each knob setting of the
 grid. Only the ranking is repeated per setting, so a grid of a few hundred settings costs
@@ -129,7 +129,7 @@ def load_variant(
     from ledger.services import agent_create
     from memory.episodic.models import Memory
     from memory.episodic.serializers import MemoryInputSerializer
-    from memory.episodic.services import memories_store, memory_embedding_text
+    from memory.episodic.services import memories_store, memory_embedding_texts
     from memory.search.filters import MemoryFilter
     from memory.search.legs import memory_feedback
     from memory.search.ranking import SOURCES
@@ -143,15 +143,11 @@ def load_variant(
         )
         serializer.is_valid(raise_exception=True)
         drafts = [MemoryInputSerializer().to_draft(d) for d in serializer.validated_data]
-        texts = [
-            memory_embedding_text(
-                content=d.content,
-                role=d.role,
-                metadata=d.metadata,
-                when=d.occurred_at or timezone.now(),
-            )
-            for d in drafts
-        ]
+        # The texts the store would embed (speakers inferred where the metadata has none),
+        # embedded here once and cached.
+        texts = memory_embedding_texts(
+            tenant_id=tenant.pk, agent_id=agent.pk, memories=drafts, ids=[0] * len(drafts)
+        )
         vectors = cache.vectors(texts, what=f"memories-{conv.sample_id}")
         drafts = [replace(d, embedding=v) for d, v in zip(drafts, vectors, strict=True)]
         memories_store(agent=agent, drafts=drafts, actor="bench")

@@ -323,7 +323,7 @@ def copy_rows(
 SET_BASED_DOCUMENTS_SQL = """
 WITH lines AS (
     SELECT id, tenant_id, agent_id, session_id, occurred_at,
-           memory_search_line(metadata, role, content) AS line
+           memory_search_line(metadata, speaker, role, content) AS line
     FROM memory_memory
     WHERE agent_id = %(agent)s AND session_id >= %(low)s AND session_id < %(high)s
 ),

@@ -153,10 +153,10 @@ def _older_neighbours(agent: Agent, memory: Memory, exclude: set[int]) -> list[_
     )
     similarity = {pk: 1.0 - distance for pk, distance in nearest if pk not in exclude}
     rows = Memory.objects.filter(pk__in=similarity, valid_from__lte=memory.valid_from).only(
-        "id", "content", "role", "metadata"
+        "id", "content", "role", "metadata", "speaker"
     )
     return sorted(
-        (_Neighbour(m.pk, m.content, round(similarity[m.pk], 4), m.speaker) for m in rows),
+        (_Neighbour(m.pk, m.content, round(similarity[m.pk], 4), m.speaker_named) for m in rows),
         key=lambda n: -n.similarity,
     )
 
@@ -193,7 +193,7 @@ STORED_COSINE_MARGIN = 0.05
 
 def _could_reach(neighbour: _Neighbour, memory: Memory, threshold: float) -> bool:
     return (
-        neighbour.speaker != memory.speaker
+        neighbour.speaker != memory.speaker_named
         or neighbour.similarity >= threshold - STORED_COSINE_MARGIN
     )
 

@@ -37,9 +37,10 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         )
 
 
-def speaker_of(*, role: str, metadata: dict[str, Any]) -> str:
-    """Who said it, as the embedder is told: the ``speaker`` metadata, else the role."""
-    return str(metadata.get("speaker") or role)
+def speaker_of(*, role: str, metadata: dict[str, Any], inferred: str = "") -> str:
+    """Who said it, as the embedder is told: the ``speaker`` metadata, else the speaker inferred
+    from its session (``Memory.speaker``), else the role."""
+    return str(metadata.get("speaker") or inferred or role)
 
 
 class Memory(models.Model):
@@ -98,6 +99,10 @@ class Memory(models.Model):
     # (memory.search.keyword_index keeps it current). ``search_length`` counts its lexeme positions,
     # the document length of Okapi BM25.
     search_vector = SearchVectorField(null=True, blank=True)
+    # Who said it, as search reads it (the keyword line, the embedding text): the speaker the
+    # client gave in the metadata, else the one its session shows (memory.episodic.speakers),
+    # else blank (the role stands). Derived, like the vector and the keyword document.
+    speaker = models.CharField(max_length=200, blank=True, default="")
     search_length = models.PositiveIntegerField(default=0)
 
     objects = MemoryQuerySet.as_manager()
@@ -161,8 +166,9 @@ class Memory(models.Model):
         return f"memory {self.pk} of agent {self.agent_id}"
 
     @property
-    def speaker(self) -> str:
-        return speaker_of(role=self.role, metadata=self.metadata)
+    def speaker_named(self) -> str:
+        """The speaker as the embedding text names it (``speaker_of``)."""
+        return speaker_of(role=self.role, metadata=self.metadata, inferred=self.speaker)
 
 
 class MemoryTerm(models.Model):

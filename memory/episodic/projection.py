@@ -14,9 +14,7 @@ from ledger.projections import AGENT_DELETED
 from ledger.services import tenant_write_lock
 from memory.consolidation.services import SUPERSEDED
 from memory.episodic.sealing import unseal
-from memory.episodic.services import (
-    MEMORY_EVENT_KINDS,
-)
+from memory.episodic.services import MEMORY_EVENT_KINDS, memories_speakers_refresh
 from memory.models import Memory, MemoryKey
 from memory.search.keyword_index import search_documents_refresh
 
@@ -175,12 +173,17 @@ class MemoryProjection:
             tenant_write_lock(tenant)
             existing = {m.pk: m for m in Memory.objects.filter(tenant=tenant)}
             Memory.objects.filter(tenant=tenant).exclude(pk__in=self._replayed).delete()
+            rewritten = []
             for memory_id, values in self._replayed.items():
                 memory = existing.get(memory_id)
                 if memory is None:
                     Memory.objects.create(id=memory_id, tenant=tenant, **values)
+                    rewritten.append(memory_id)
                 elif any(getattr(memory, name) != values[name] for name in _COMPARED_FIELDS):
                     Memory.objects.filter(pk=memory_id).update(**values)
+                    rewritten.append(memory_id)
+            # Derived like the documents below, from the rows as written.
+            memories_speakers_refresh(rewritten)
             # Keyword documents are derived from the rows just written; unchanged ones leave the
             # BM25 statistics as they were.
             search_documents_refresh(list(self._replayed))

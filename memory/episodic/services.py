@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -41,6 +41,7 @@ from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from memory.episodic import policies
 from memory.episodic.models import speaker_of
 from memory.episodic.sealing import key_new, seal
+from memory.episodic.speakers import sessions_speakers
 from memory.models import Memory, MemoryKey, MemoryRole
 from memory.search.keyword_index import SessionPosition, search_documents_refresh_around
 
@@ -111,13 +112,127 @@ def _memory_problem(draft: MemoryDraft, now: datetime) -> tuple[str, str] | None
 
 
 def memory_embedding_text(
-    *, content: str, role: str, metadata: dict[str, Any], when: datetime
+    *, content: str, role: str, metadata: dict[str, Any], when: datetime, speaker: str | None = None
 ) -> str:
     """What the embedder sees: "[8 May 2023] speaker: content" (measured on LoCoMo: the date and
     the speaker add as much recall as the model itself, docs/retrieval-research.md; a date in
-    words beats an ISO date, R@10 0.787 -> 0.802 through the service)."""
-    speaker = speaker_of(role=role, metadata=metadata)
-    return f"[{when.day} {when:%B %Y}] {speaker}: {content}"
+    words beats an ISO date, R@10 0.787 -> 0.802 through the service). The speaker is the
+    metadata's, else ``speaker`` (inferred from the session, memory.episodic.speakers), else
+    the role."""
+    named = speaker_of(role=role, metadata=metadata, inferred=speaker or "")
+    return f"[{when.day} {when:%B %Y}] {named}: {content}"
+
+
+class EmbeddingSource(Protocol):
+    """What a memory's embedding text is made of: a stored row or a draft (no time: now)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def metadata(self) -> dict[str, Any]: ...
+    @property
+    def occurred_at(self) -> datetime | None: ...
+
+
+# Of each session a store touches, the most recent memories read for who speaks in it.
+SPEAKER_CONTEXT_MEMORIES = 100
+
+# The stored memories of the given sessions of one agent (the most recent
+# SPEAKER_CONTEXT_MEMORIES of each, leaving out the given ids), in session order.
+SESSION_TURNS_SQL = """
+SELECT id, session_id, occurred_at, content, metadata ->> 'speaker' AS speaker FROM (
+    SELECT m.*, row_number() OVER (
+        PARTITION BY m.session_id ORDER BY m.occurred_at DESC, m.id DESC) AS recent
+    FROM memory_memory AS m
+    WHERE m.tenant_id = %(tenant)s AND m.agent_id = %(agent)s
+      AND m.session_id = ANY(%(sessions)s) AND NOT m.id = ANY(%(ids)s)
+) AS turns
+WHERE recent <= %(most)s
+ORDER BY session_id, occurred_at, id
+"""
+
+
+def memories_speakers(
+    *, tenant_id: int, agent_id: int, memories: Sequence[EmbeddingSource], ids: Sequence[int]
+) -> list[str | None]:
+    """Who speaks each of these memories of one agent: the metadata's speaker, else the one
+    their sessions' turns show (memory.episodic.speakers), else None. ``ids``: the stored ids
+    among them (0 for a memory not stored yet), which are read as given, not from the table.
+
+    Each session is read as stored with these memories in their places: after the stored ones
+    of the same time (a new memory gets a larger id)."""
+    given = [_given_speaker(m) for m in memories]
+    sessions = sorted(
+        {
+            m.session_id
+            for m, known in zip(memories, given, strict=True)
+            if m.session_id and not known
+        }
+    )
+    if not sessions:
+        return given
+    with connection.cursor() as cursor:
+        cursor.execute(
+            SESSION_TURNS_SQL,
+            {
+                "tenant": tenant_id,
+                "agent": agent_id,
+                "sessions": sessions,
+                "ids": [pk for pk in ids if pk],
+                "most": SPEAKER_CONTEXT_MEMORIES,
+            },
+        )
+        stored = rows_named(cursor)
+    now = timezone.now()
+    last_id = max([int(row.id) for row in stored] + list(ids) + [0])
+    # (session, time, id, position among the memories given or None, speaker, content)
+    turns = [
+        (row.session_id, row.occurred_at, int(row.id), None, row.speaker, row.content)
+        for row in stored
+    ] + [
+        (m.session_id, m.occurred_at or now, pk or last_id + 1 + n, n, given[n], m.content)
+        for n, (m, pk) in enumerate(zip(memories, ids, strict=True))
+        if m.session_id in sessions
+    ]
+    turns.sort(key=lambda turn: (turn[0], turn[1], turn[2]))
+    grouped: dict[str, list[tuple[int | None, str | None, str]]] = {}
+    for session, _, _, position, speaker, content in turns:
+        grouped.setdefault(session, []).append((position, speaker, content))
+    order = list(grouped.values())
+    named = sessions_speakers([[(speaker, content) for _, speaker, content in t] for t in order])
+    out = list(given)
+    for session_turns, speakers in zip(order, named, strict=True):
+        for (position, _, _), speaker in zip(session_turns, speakers, strict=True):
+            if position is not None:
+                out[position] = speaker
+    return out
+
+
+def _given_speaker(memory: EmbeddingSource) -> str | None:
+    return str(memory.metadata.get("speaker") or "") or None
+
+
+def memory_embedding_texts(
+    *, tenant_id: int, agent_id: int, memories: Sequence[EmbeddingSource], ids: Sequence[int]
+) -> list[str]:
+    """The embedding texts of these memories of one agent, the speakers their sessions show
+    filled in where the client gave none (``memories_speakers``)."""
+    speakers = memories_speakers(tenant_id=tenant_id, agent_id=agent_id, memories=memories, ids=ids)
+    now = timezone.now()
+    return [
+        memory_embedding_text(
+            content=m.content,
+            role=m.role,
+            metadata=m.metadata,
+            when=m.occurred_at or now,
+            speaker=speaker,
+        )
+        for m, speaker in zip(memories, speakers, strict=True)
+    ]
 
 
 # Memories one store call takes: the batch is embedded, written and logged in one go.
@@ -187,6 +302,7 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
                 or policies.expires_at_default(memory_type=memory_type, created_at=now),
             )
         )
+    _speakers_fill(rows)
     _embed_missing(rows)
     # Neighbours (and the model, when configured) are read before the tenant's lock is taken.
     plans = [
@@ -318,6 +434,7 @@ def memories_import(*, agent: Agent, records: Sequence[MemoryRecord], actor: str
         )
         for r in records
     ]
+    _speakers_fill(rows)
     _embed_missing(rows)
     return _memories_write(
         agent=agent, rows=rows, actor=actor, histories=[r.history for r in records]
@@ -328,7 +445,39 @@ def _session_position(memory: Memory) -> SessionPosition:
     return (memory.tenant_id, memory.agent_id, memory.session_id, memory.occurred_at, memory.pk)
 
 
+def _speakers_fill(rows: Sequence[Memory]) -> None:
+    """Set each row's ``speaker`` (memories_speakers), one read of its agent's sessions."""
+    by_agent: dict[tuple[int, int], list[Memory]] = {}
+    for memory in rows:
+        by_agent.setdefault((memory.tenant_id, memory.agent_id), []).append(memory)
+    for (tenant_id, agent_id), agent_rows in by_agent.items():
+        speakers = memories_speakers(
+            tenant_id=tenant_id,
+            agent_id=agent_id,
+            memories=agent_rows,
+            ids=[memory.pk or 0 for memory in agent_rows],
+        )
+        for memory, speaker in zip(agent_rows, speakers, strict=True):
+            memory.speaker = speaker or ""
+
+
+def memories_speakers_refresh(memory_ids: Sequence[int]) -> None:
+    """Infer the ``speaker`` of these memories again from their sessions as stored (a rebuild
+    wrote them without one) and save it where it changed."""
+    rows = list(
+        Memory.objects.filter(pk__in=memory_ids)
+        .order_by("id")
+        .only("id", "tenant_id", "agent_id", "session_id", "occurred_at", "content", "metadata")
+    )
+    before = {memory.pk: memory.speaker for memory in rows}
+    _speakers_fill(rows)
+    Memory.objects.bulk_update(
+        [memory for memory in rows if memory.speaker != before[memory.pk]], ["speaker"]
+    )
+
+
 def _embed_missing(rows: Sequence[Memory]) -> None:
+    """Embed the rows without a vector, their ``speaker`` set (``_speakers_fill``)."""
     missing = [memory for memory in rows if memory.embedding is None]
     if not missing:
         return
@@ -336,7 +485,11 @@ def _embed_missing(rows: Sequence[Memory]) -> None:
         vectors = embed_texts(
             [
                 memory_embedding_text(
-                    content=m.content, role=m.role, metadata=m.metadata, when=m.occurred_at
+                    content=m.content,
+                    role=m.role,
+                    metadata=m.metadata,
+                    when=m.occurred_at,
+                    speaker=m.speaker,
                 )
                 for m in missing
             ]
@@ -463,6 +616,7 @@ def memory_update(
     if "content" in changes:
         memory.content_hash = policies.content_hash(memory.content)
         memory.embedding = None
+        _speakers_fill([memory])
         _embed_missing([memory])
     memory.updated_at = timezone.now()
     key = MemoryKey.objects.get(memory_id=memory.pk).key
@@ -507,7 +661,7 @@ def memory_embeddings_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) ->
     return vectors_backfill(
         pending=Memory.objects.active()
         .filter(embedding__isnull=True)
-        .only("id", "content", "role", "metadata", "occurred_at"),
+        .only("id", "content", "role", "metadata", "speaker", "occurred_at"),
         vectors=_memory_vectors,
         batch_size=batch_size,
     )

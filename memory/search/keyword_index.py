@@ -31,12 +31,13 @@ documents AS (
     SELECT m.id,
         setweight(to_tsvector('english',
             '[' || to_char(m.occurred_at AT TIME ZONE 'UTC', 'FMDD FMMonth YYYY') || '] '
-            || memory_search_line(m.metadata, m.role, m.content)), 'A')
+            || memory_search_line(m.metadata, m.speaker, m.role, m.content)), 'A')
         || to_tsvector('english', concat_ws(' ', before.lines, after.lines)) AS tsv
     FROM targets JOIN memory_memory AS m USING (id)
     LEFT JOIN LATERAL (
         SELECT string_agg(line, ' ' ORDER BY occurred_at, id) AS lines FROM (
-            SELECT p.occurred_at, p.id, memory_search_line(p.metadata, p.role, p.content) AS line
+            SELECT p.occurred_at, p.id,
+                   memory_search_line(p.metadata, p.speaker, p.role, p.content) AS line
             FROM memory_memory AS p
             WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
               AND p.session_id = m.session_id AND (p.occurred_at, p.id) < (m.occurred_at, m.id)
@@ -44,7 +45,8 @@ documents AS (
     ) AS before ON true
     LEFT JOIN LATERAL (
         SELECT string_agg(line, ' ' ORDER BY occurred_at, id) AS lines FROM (
-            SELECT p.occurred_at, p.id, memory_search_line(p.metadata, p.role, p.content) AS line
+            SELECT p.occurred_at, p.id,
+                   memory_search_line(p.metadata, p.speaker, p.role, p.content) AS line
             FROM memory_memory AS p
             WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
               AND p.session_id = m.session_id AND (p.occurred_at, p.id) > (m.occurred_at, m.id)
