@@ -46,13 +46,24 @@ def _verify_deployment(**_: object) -> None:
         connections.close_all()
 
 
+# The worker's main process, recorded at worker_init: the solo pool sends worker_process_init
+# in it too, and a worker started inside another program (the tests' solo worker) must not
+# lower that program's priority.
+_worker_main_pid = 0
+
+
+@worker_init.connect
+def _worker_main_recorded(**_: object) -> None:
+    global _worker_main_pid
+    _worker_main_pid = os.getpid()
+
+
 @worker_process_init.connect
 def _background_priority(**_: object) -> None:
-    # Each pool process, not the worker's main one: tasks run in the pool, and a worker started
-    # inside another program (the tests' solo pool) must not lower that program's priority.
+    # Only forked pool processes, which run the tasks; the main process keeps its priority.
     from django.conf import settings
 
-    if settings.WORKER_NICENESS:
+    if settings.WORKER_NICENESS and os.getpid() != _worker_main_pid:
         os.nice(settings.WORKER_NICENESS)
 
 
