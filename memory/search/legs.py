@@ -219,19 +219,21 @@ def filtered_exact_max_rows(table_rows: float, dense_k: int) -> int:
     return max(FILTERED_EXACT_MAX_ROWS, math.ceil(math.sqrt(dense_k * max(table_rows, 0.0))))
 
 
-# One statement: the bounded read of ids decides, and each branch's gate (a one-time filter on
-# an InitPlan) keeps the other from running at all. The exact branch reads the few rows again by
-# primary key; "+ 0" keeps the HNSW index from serving its order.
+# One statement: the bounded read decides, and each branch's gate (a one-time filter on an
+# InitPlan) keeps the other from running at all. The bounded read keeps each row's distance (a
+# number; not its vector, which cost more to keep than the read itself), so the exact branch
+# sorts what it read: reading the rows again by primary key took as long as the bounded read
+# (6 of 12 ms for 1,033 rows at 1,100,000, EXPLAIN ANALYZE).
 FILTERED_NEAREST = """
-WITH few AS MATERIALIZED (
-    SELECT id FROM memory_memory WHERE {where} AND embedding IS NOT NULL LIMIT {most} + 1
-)
+WITH few AS MATERIALIZED ({bounded})
 {exact}
 UNION ALL
 ({index_scan})"""
-FILTERED_EXACT = """(SELECT id FROM memory_memory
- WHERE id = ANY(ARRAY(SELECT id FROM few)) AND (SELECT count(*) FROM few) <= {most}
- ORDER BY (embedding <=> %(vector)s::vector) + 0 LIMIT %(dense_k)s)"""
+FILTERED_BOUNDED_READ = """
+    SELECT id, embedding <=> %(vector)s::vector AS distance FROM memory_memory
+    WHERE {where} AND embedding IS NOT NULL LIMIT {most} + 1"""
+FILTERED_EXACT = """(SELECT id FROM few WHERE (SELECT count(*) FROM few) <= {most}
+ ORDER BY distance LIMIT %(dense_k)s)"""
 # The same two paths in the other order, for a filter the planner expects to keep many rows: the
 # index first; only when it comes back short of dense_k rows (it stopped at hnsw.max_scan_tuples:
 # the filter keeps few after all) does the bounded read run, and the exact branch after it. So
@@ -239,11 +241,7 @@ FILTERED_EXACT = """(SELECT id FROM memory_memory
 # which for a filter no index serves walks the agent's rows until it has found most + 1.
 FILTERED_INDEX_FIRST = """
 WITH nearest AS MATERIALIZED ({index_scan}),
-few AS MATERIALIZED (
-    SELECT id FROM memory_memory
-    WHERE {where} AND embedding IS NOT NULL AND (SELECT count(*) FROM nearest) < %(dense_k)s
-    LIMIT {most} + 1
-)
+few AS MATERIALIZED ({bounded})
 SELECT id FROM nearest
 UNION ALL
 {exact}"""
@@ -268,16 +266,16 @@ def filtered_nearest_sql(
         return nearest_rows_sql(opaque_where, SemanticPlan.INDEX, limit="dense_k")
     exact = FILTERED_EXACT.format(most=most)
     if index_first:
+        # The bounded read runs only when the index came back short.
+        short = f"{where} AND (SELECT count(*) FROM nearest) < %(dense_k)s"  # noqa: S608
         return FILTERED_INDEX_FIRST.format(
             index_scan=nearest_rows_sql(opaque_where, SemanticPlan.INDEX, limit="dense_k"),
-            where=where,
-            most=most,
+            bounded=FILTERED_BOUNDED_READ.format(where=short, most=most),
             exact=exact,
         )
     gated = f"{opaque_where} AND (SELECT count(*) FROM few) > {most}"  # noqa: S608
     return FILTERED_NEAREST.format(
-        where=where,
-        most=most,
+        bounded=FILTERED_BOUNDED_READ.format(where=where, most=most),
         exact=exact,
         index_scan=nearest_rows_sql(gated, SemanticPlan.INDEX, limit="dense_k"),
     )
