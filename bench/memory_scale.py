@@ -39,6 +39,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -96,6 +97,7 @@ COPY_COLUMNS = (
     "metadata",
     "tags",
     "occurred_at",
+    "valid_from",
     "created_at",
     "updated_at",
     "expires_at",
@@ -115,6 +117,7 @@ COPY_TYPES = (
     "varchar",
     "jsonb",
     "varchar[]",
+    "timestamptz",
     "timestamptz",
     "timestamptz",
     "timestamptz",
@@ -295,6 +298,8 @@ def copy_rows(
                         "channel": CHANNELS[channels[i]],
                     },
                     [FLAG_TAG] if flags[i] else [],
+                    start + timedelta(minutes=number),
+                    # valid_from defaults to occurred_at, as memory.episodic.services stores it.
                     start + timedelta(minutes=number),
                     created,
                     created,
@@ -605,11 +610,21 @@ def hnsw_share(sql: str, queries: Sequence[Query], params_of: Callable[[Query], 
     return f"plans: HNSW {hnsw}, sign-bit sketches {sketch}, row scan {scan} of {len(queries)}"
 
 
-def dense_leg_sql(filters: Any, agent_memories: int) -> str:
-    """The search's semantic leg as the service builds it for an agent of this size."""
+def dense_leg_sql(filters: Any, agent_memories: int, params: dict[str, Any] | None = None) -> str:
+    """The search's semantic leg as the service builds it for an agent of this size; with the
+    search's ``params``, a large agent's filtered leg as chosen for them (the exact path's bound
+    for this table, the index first when the planner expects many rows)."""
+    from django.db import connection
+
     from memory.search import legs as search
 
-    return search.dense_leg_sql(agent_memories, filters)
+    if params is None:
+        return search.dense_leg_sql(agent_memories, filters)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'memory_memory'::regclass")
+        (table_rows,) = cursor.fetchone()
+    plan = search.filtered_plan(agent_memories, filters, float(table_rows), params)
+    return search.dense_leg_sql(agent_memories, filters, **plan)
 
 
 def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Recall:
@@ -621,13 +636,13 @@ def recall_of_dense_leg(conn: Any, queries: Sequence[Query], filters: Any) -> Re
     from ledger.models import Agent
     from memory.search import legs as search
 
-    sql = dense_leg_sql(filters, queries[0].agent.count)
     result = Recall([], [])
     for q in queries:
         agent = Agent.objects.get(pk=q.agent.id)
         _, params = search.memory_candidates_query(
             agent=agent, query=q.text, vector=q.vector, filters=filters, now=timezone.now()
         )
+        sql = dense_leg_sql(filters, q.agent.count, params)
         with transaction.atomic(), connection.cursor() as cursor:
             hnsw_scan_configure(cursor, ef_search=params["ef_search"], order=SEMANTIC_LEG_ORDER)
             cursor.execute(sql, params)
@@ -1165,6 +1180,14 @@ def exact_filtered(
     return answers, len(kept) / max(len(ids), 1)
 
 
+def filtered_plan_named(filters: Any, agent_memories: int, params: dict[str, Any]) -> str:
+    """Which way the service's filtered semantic leg goes, and the exact path's bound."""
+    sql = dense_leg_sql(filters, agent_memories, params)
+    bound = re.search(r"LIMIT (\d+) \+ 1", sql)
+    order = "index first" if "WITH nearest AS" in sql else "rows first"
+    return f"{order}, exact up to {int(bound.group(1)):,}" if bound else "HNSW only"
+
+
 def report_filtered(conn: Any, args: argparse.Namespace, queries: Sequence[Query]) -> None:
     """recall@10 of the semantic leg against exact, the plans, and the database part of a
     search (p50/p95), for each filter of filtered_cases over the big agent."""
@@ -1188,11 +1211,11 @@ def report_filtered(conn: Any, args: argparse.Namespace, queries: Sequence[Query
         if every is not None:
             exact, share = exact_filtered(conn, big, parsed, queries, every)
             result = Recall([], [])
-            sql = search.dense_leg_sql(big.count, parsed)
             for q, answer in zip(queries, exact, strict=True):
                 _, params = search.memory_candidates_query(
                     agent=agent, query=q.text, vector=q.vector, filters=parsed, now=timezone.now()
                 )
+                sql = dense_leg_sql(parsed, big.count, params)
                 with transaction.atomic(), connection.cursor() as cursor:
                     hnsw_scan_configure(
                         cursor, ef_search=params["ef_search"], order=SEMANTIC_LEG_ORDER
@@ -1203,9 +1226,8 @@ def report_filtered(conn: Any, args: argparse.Namespace, queries: Sequence[Query
                 strict, tolerant = recall_of(nearest, answer)
                 result.strict.append(strict)
                 result.tolerant.append(tolerant)
-            exact_path = share * big.count <= search.FILTERED_EXACT_MAX_ROWS
-            line += (f" keeps {share:6.2%}; {'exact' if exact_path else 'HNSW '}; "
-                     f"{result.line()}")  # fmt: skip
+            plan = filtered_plan_named(parsed, big.count, params)
+            line += f" keeps {share:6.2%}; {plan}; {result.line()}"
         print(line, flush=True)
         # Alternated rounds with and without the bounded read that picks the exact plan (the
         # baseline: straight to the HNSW index, as before the filter language).

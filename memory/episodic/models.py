@@ -129,7 +129,7 @@ class Memory(models.Model):
             # Filters (memory.search.filters): occurred_at windows of one agent, and metadata
             # keys by value (@>) or path (@?), jsonb_path_ops being the smaller, faster GIN for
             # exactly those operators. A selective filter's rows come from these, sorted by
-            # distance exactly (memory.search.legs.FILTERED_EXACT_MAX_ROWS).
+            # distance exactly (memory.search.legs.filtered_exact_max_rows).
             models.Index(fields=["tenant", "agent", "occurred_at"], name="memory_agent_occurred"),
             GinIndex(fields=["metadata"], opclasses=["jsonb_path_ops"], name="memory_metadata"),
             GinIndex(fields=["tags"], name="memory_tags"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -173,52 +174,128 @@ def dense_candidates(agent_memories: int, filters: MemoryFilter) -> int:
     return MEMORY_DENSE_CANDIDATES
 
 
-def dense_leg_sql(agent_memories: int, filters: MemoryFilter) -> str:
+def dense_leg_sql(
+    agent_memories: int,
+    filters: MemoryFilter,
+    *,
+    exact_max_rows: int | None = None,
+    index_first: bool = False,
+) -> str:
     """The semantic leg for an agent of this size under these filters (the plan chosen by
-    memory.search.plans.semantic_plan)."""
+    memory.search.plans.semantic_plan; for a large agent under a filter, filtered_nearest_sql
+    with ``exact_max_rows`` and ``index_first``)."""
     plan = dense_leg_plan(agent_memories, filters)
     where = filtered_where(filters)
     if plan is SemanticPlan.INDEX and filters.narrowing:
-        return filtered_nearest_sql(where, filtered_where(filters, opaque=True))
+        return filtered_nearest_sql(
+            where,
+            filtered_where(filters, opaque=True),
+            most=FILTERED_EXACT_MAX_ROWS if exact_max_rows is None else exact_max_rows,
+            index_first=index_first,
+        )
     return nearest_rows_sql(where, plan, limit="dense_k")
 
 
 # A filter that keeps at most this many of a large agent's rows is answered exactly: its rows
 # (found through the filter's own indexes) sorted by distance. Past it, the HNSW index with
 # iterative scans; below it, the index would walk about agent rows / kept rows entries for each
-# one it returns and stop at hnsw.max_scan_tuples with too few (bench/memory_scale.py).
+# one it returns and stop at hnsw.max_scan_tuples with too few (bench/memory_scale.py). The
+# floor of filtered_exact_max_rows; 0 turns the exact path off.
 FILTERED_EXACT_MAX_ROWS = 2000
-# One statement: the bounded read of ids decides, and each branch's gate (a one-time filter on
-# an InitPlan) keeps the other from running at all. The exact branch reads the few rows again by
-# primary key; "+ 0" keeps the HNSW index from serving its order.
+# Past this many times the exact path's bound in the planner's estimate, a filter is taken to keep
+# many rows and the index is tried first (FILTERED_INDEX_FIRST).
+FILTERED_INDEX_FIRST_MARGIN = 2
+
+
+def filtered_exact_max_rows(table_rows: float, dense_k: int) -> int:
+    """How many rows a filter may keep and still be answered exactly: where both paths read
+    about as many rows. The exact path reads each of the filter's M rows once; the HNSW scan,
+    whose graph holds every agent's N rows, reads about dense_k * N / M of them (and checks the
+    filter on each) to collect dense_k. The two meet at M = sqrt(dense_k * N): 7,400 rows at
+    1,100,000, where 2,000 left a filter keeping 2,500 to the index, which walked 22,000 rows
+    and stopped at hnsw.max_scan_tuples. Never below FILTERED_EXACT_MAX_ROWS; 0 when that is 0."""
+    if FILTERED_EXACT_MAX_ROWS <= 0:
+        return 0
+    return max(FILTERED_EXACT_MAX_ROWS, math.ceil(math.sqrt(dense_k * max(table_rows, 0.0))))
+
+
+# One statement: the bounded read decides, and each branch's gate (a one-time filter on an
+# InitPlan) keeps the other from running at all. The bounded read keeps each row's distance (a
+# number; not its vector, which cost more to keep than the read itself), so the exact branch
+# sorts what it read: reading the rows again by primary key took as long as the bounded read
+# (6 of 12 ms for 1,033 rows at 1,100,000, EXPLAIN ANALYZE).
 FILTERED_NEAREST = """
-WITH few AS MATERIALIZED (
-    SELECT id FROM memory_memory WHERE {where} AND embedding IS NOT NULL LIMIT {most} + 1
-)
-(SELECT id FROM memory_memory
- WHERE id = ANY(ARRAY(SELECT id FROM few)) AND (SELECT count(*) FROM few) <= {most}
- ORDER BY (embedding <=> %(vector)s::vector) + 0 LIMIT %(dense_k)s)
+WITH few AS MATERIALIZED ({bounded})
+{exact}
 UNION ALL
 ({index_scan})"""
+FILTERED_BOUNDED_READ = """
+    SELECT id, embedding <=> %(vector)s::vector AS distance FROM memory_memory
+    WHERE {where} AND embedding IS NOT NULL LIMIT {most} + 1"""
+FILTERED_EXACT = """(SELECT id FROM few WHERE (SELECT count(*) FROM few) <= {most}
+ ORDER BY distance LIMIT %(dense_k)s)"""
+# The same two paths in the other order, for a filter the planner expects to keep many rows: the
+# index first; only when it comes back short of dense_k rows (it stopped at hnsw.max_scan_tuples:
+# the filter keeps few after all) does the bounded read run, and the exact branch after it. So
+# an estimate that is wrong costs time, never rows; one that is right saves the bounded read,
+# which for a filter no index serves walks the agent's rows until it has found most + 1.
+FILTERED_INDEX_FIRST = """
+WITH nearest AS MATERIALIZED ({index_scan}),
+few AS MATERIALIZED ({bounded})
+SELECT id FROM nearest
+UNION ALL
+{exact}"""
 
 
-def filtered_nearest_sql(where: str, opaque_where: str) -> str:
+def filtered_nearest_sql(
+    where: str,
+    opaque_where: str,
+    *,
+    most: int = FILTERED_EXACT_MAX_ROWS,
+    index_first: bool = False,
+) -> str:
     """The nearest rows of a large agent under a filter that keeps an unknown share of them:
-    exact when it keeps few (FILTERED_EXACT_MAX_ROWS), through the HNSW index otherwise.
+    exact when it keeps at most ``most``, through the HNSW index otherwise; ``index_first``
+    tries the index before counting (FILTERED_INDEX_FIRST).
 
     The index branch checks the filter as ``opaque_where``, which no index can serve: it runs
-    only once the filter is known to keep many rows, and then the HNSW scan is the plan wanted,
-    whatever the planner estimates (a metadata condition's estimate is a constant: 0.1 % of
-    the rows, were it 25 %, a bitmap read and sort of all of them would win)."""
-    most = FILTERED_EXACT_MAX_ROWS
+    only once the filter is known (or expected) to keep many rows, and then the HNSW scan is
+    the plan wanted, whatever the planner estimates (a metadata condition's estimate comes from
+    a sample of a hundred documents: a bitmap read and sort of all of them could win)."""
     if most <= 0:
         return nearest_rows_sql(opaque_where, SemanticPlan.INDEX, limit="dense_k")
+    exact = FILTERED_EXACT.format(most=most)
+    if index_first:
+        # The bounded read runs only when the index came back short.
+        short = f"{where} AND (SELECT count(*) FROM nearest) < %(dense_k)s"  # noqa: S608
+        return FILTERED_INDEX_FIRST.format(
+            index_scan=nearest_rows_sql(opaque_where, SemanticPlan.INDEX, limit="dense_k"),
+            bounded=FILTERED_BOUNDED_READ.format(where=short, most=most),
+            exact=exact,
+        )
     gated = f"{opaque_where} AND (SELECT count(*) FROM few) > {most}"  # noqa: S608
     return FILTERED_NEAREST.format(
-        where=where,
-        most=most,
+        bounded=FILTERED_BOUNDED_READ.format(where=where, most=most),
+        exact=exact,
         index_scan=nearest_rows_sql(gated, SemanticPlan.INDEX, limit="dense_k"),
     )
+
+
+# The planner's row estimate for a filter over the agent's rows: EXPLAIN plans, runs nothing.
+FILTER_ROWS_ESTIMATE_SQL = (
+    "EXPLAIN (FORMAT JSON) SELECT id FROM memory_memory WHERE {where} AND embedding IS NOT NULL"
+)
+
+
+def filter_rows_estimate(cursor: Any, filters: MemoryFilter, params: dict[str, Any]) -> float:
+    """How many of the agent's rows the planner expects the filter to keep (from the columns'
+    statistics: tags' element frequencies, histograms of times and importance, a sample of
+    metadata documents), planned with the request's values."""
+    cursor.execute(FILTER_ROWS_ESTIMATE_SQL.format(where=filtered_where(filters)), params)
+    (plan,) = cursor.fetchone()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return float(plan[0]["Plan"]["Plan Rows"])
 
 
 def keyword_leg_sql(filters: MemoryFilter) -> str:
@@ -235,6 +312,25 @@ def filtered_where(filters: MemoryFilter, *, opaque: bool = False) -> str:
     if filters.root is None:
         return SEARCHED_ROWS
     return f"{SEARCHED_ROWS} AND ({condition}){' IS TRUE' if opaque else ''}"
+
+
+def filtered_plan(
+    agent_memories: int, filters: MemoryFilter, table_rows: float, params: dict[str, Any]
+) -> dict[str, Any]:
+    """dense_leg_sql's choices for a large agent under a filter: the exact path's bound for a
+    table of this size, and whether the planner expects the filter to keep so many rows that
+    the index is tried first. Nothing to choose (an empty dict) for any other semantic leg."""
+    if not filters.narrowing or dense_leg_plan(agent_memories, filters) is not SemanticPlan.INDEX:
+        return {}
+    most = filtered_exact_max_rows(table_rows, params["dense_k"])
+    if most <= 0:
+        return {"exact_max_rows": 0}
+    with read_connection.cursor() as cursor:
+        expected = filter_rows_estimate(cursor, filters, params)
+    return {
+        "exact_max_rows": most,
+        "index_first": expected >= FILTERED_INDEX_FIRST_MARGIN * most,
+    }
 
 
 def memory_candidates_query(
@@ -292,10 +388,14 @@ def memory_candidates_query(
         **filters.sql()[1],
         "time_pattern": TIME_EXPRESSION_SQL_PATTERN,
     }
-    dense = dense_leg_sql(documents, filters)
+    dense = (
+        dense_leg_sql(documents, filters, **filtered_plan(documents, filters, table_rows, params))
+        if vector is not None
+        else NO_ROWS
+    )
     search_plan_note(dense_leg_plan(documents, filters) if vector is not None else "keyword")
     sql = MEMORY_CANDIDATES_SQL.format(
-        dense=dense if vector is not None else NO_ROWS,
+        dense=dense,
         keyword=keyword_leg_sql(filters) if fetching else NO_ROWS,
         # Unqualified columns in it resolve to the memory: no other relation has them.
         effective_importance=EFFECTIVE_IMPORTANCE_SQL,

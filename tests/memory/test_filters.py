@@ -14,6 +14,7 @@ from django.utils import timezone
 from config.api import ApiError
 from ledger.models import Role
 from memory.episodic.services import MemoryDraft, memories_store
+from memory.episodic.validity import CURRENTLY_VALID
 from memory.models import Memory
 from memory.search import legs, plans
 from memory.search.filters import (
@@ -243,14 +244,25 @@ def test_search_takes_the_language(api):
     assert found({"metadata": {"priority": {"lte": 1}}}) == {"email invoice"}
 
 
-@pytest.mark.parametrize("exact_max", [2000, 0])
+@pytest.mark.parametrize(
+    ("exact_max", "index_first_margin"),
+    [
+        (2000, legs.FILTERED_INDEX_FIRST_MARGIN),  # rows first: few, so exact
+        (0, legs.FILTERED_INDEX_FIRST_MARGIN),  # the index alone
+        # The index first, as for a filter expected to keep many rows: it comes back short of
+        # the rows asked for, so the bounded read runs after it and the exact path answers.
+        (2000, 0),
+    ],
+)
 def test_a_large_agents_filtered_search_finds_the_filters_rows_exactly_or_by_the_index(
-    agent, memories, monkeypatch, exact_max
+    agent, memories, monkeypatch, exact_max, index_first_margin
 ):
     """A large agent's filtered semantic leg reads a selective filter's rows and sorts them;
-    past FILTERED_EXACT_MAX_ROWS the HNSW index serves it. Both give the filter's rows."""
+    past FILTERED_EXACT_MAX_ROWS the HNSW index serves it; a filter the planner expects to keep
+    many rows tries the index first. Each gives the filter's rows."""
     monkeypatch.setattr(plans, "EXACT_SCAN_MAX_MEMORIES", 0)
     monkeypatch.setattr(legs, "FILTERED_EXACT_MAX_ROWS", exact_max)
+    monkeypatch.setattr(legs, "FILTERED_INDEX_FIRST_MARGIN", index_first_margin)
     Memory.objects.filter(agent=agent).update(embedding=[1.0] + [0.0] * 383)
     outcome = memories_search(
         agent=agent,
@@ -264,3 +276,51 @@ def test_a_large_agents_filtered_search_finds_the_filters_rows_exactly_or_by_the
     )
 
     assert {hit.content for hit in outcome.hits} == {"slack deploy"}
+
+
+def test_the_exact_paths_bound_grows_with_the_table_where_both_paths_read_alike():
+    # sqrt(rows asked for * rows in the graph): the exact path reads M rows, the index about
+    # dense_k * N / M of them.
+    assert legs.filtered_exact_max_rows(1_100_000, 50) == 7417
+    assert legs.filtered_exact_max_rows(4_000_000, 50) == 14143
+    assert legs.filtered_exact_max_rows(10_000, 50) == legs.FILTERED_EXACT_MAX_ROWS  # the floor
+    assert legs.filtered_exact_max_rows(-1, 50) == legs.FILTERED_EXACT_MAX_ROWS  # never analysed
+
+
+def test_the_exact_path_switched_off_stays_off(monkeypatch):
+    monkeypatch.setattr(legs, "FILTERED_EXACT_MAX_ROWS", 0)
+
+    assert legs.filtered_exact_max_rows(1_100_000, 50) == 0
+
+
+def test_the_planner_estimates_a_filters_rows_among_the_agents(agent, no_embedder):
+    """The estimate that sends a broad filter to the index first: from the columns' statistics,
+    planned with the request's values, for this agent's rows."""
+    memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(
+                content=f"note {n}",
+                session_id=f"s{n}",
+                tags=["common"] if n % 2 else ["rare"] if n == 0 else [],
+                occurred_at=DAY + timedelta(minutes=n),
+            )
+            for n in range(400)
+        ],
+        actor="system",
+    )
+    Memory.objects.filter(agent=agent).update(embedding=[1.0] + [0.0] * 383)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memory_memory")
+    now = timezone.now()
+
+    def expected(raw):
+        filters = filter_parse(raw)
+        params = {"tenant": agent.tenant_id, "agent": agent.pk, "now": now,
+                  **CURRENTLY_VALID.params(), **filters.sql()[1]}  # fmt: skip
+        with connection.cursor() as cursor:
+            return legs.filter_rows_estimate(cursor, filters, params)
+
+    assert 100 <= expected({"tags": "common"}) <= 300  # 200 rows
+    assert expected({"tags": "rare"}) <= 20  # one row
+    assert expected({"NOT": {"tags": "rare"}}) >= 300

@@ -10,7 +10,7 @@
  *     const stored = await unwrap(memory.POST("/api/v1/memories/", { body: { content: "..." } }));
  */
 
-import createClient, { type Client } from "openapi-fetch";
+import createClient, { type Client, createQuerySerializer } from "openapi-fetch";
 
 import type { components, operations, paths } from "./schema.js";
 import { DEFAULT_RETRY, resilientFetch, type RetryPolicy } from "./transport.js";
@@ -48,6 +48,26 @@ export type MemoryClient = Client<paths> & {
   readonly lastReceipt: string | null;
 };
 
+const formQuery = createQuerySerializer();
+
+/**
+ * A request's query string. The service reads an object-valued parameter (the list's `filter`,
+ * docs/filters.md) as one JSON value, `filter={"tags":["a"]}`, as the Python client sends it;
+ * openapi-fetch's default would spell it `filter[tags]=a`, a parameter the service does not
+ * know, so the list would come back unfiltered. Everything else keeps openapi-fetch's form.
+ */
+export function serializeQuery(query: Record<string, unknown> | undefined): string {
+  const encoded = Object.fromEntries(
+    Object.entries(query ?? {}).map(([name, value]) => [
+      name,
+      value !== null && typeof value === "object" && !Array.isArray(value)
+        ? JSON.stringify(value)
+        : value,
+    ]),
+  );
+  return formQuery(encoded);
+}
+
 function environment(name: string): string | undefined {
   return typeof process === "undefined" ? undefined : process.env[name] || undefined;
 }
@@ -65,6 +85,7 @@ export function createMemoryClient(options: MemoryClientOptions = {}): MemoryCli
   const client = createClient<paths>({
     baseUrl,
     headers: { Authorization: `Bearer ${apiKey}`, Accept: "application/json" },
+    querySerializer: serializeQuery,
     fetch: resilientFetch({
       retry: { ...DEFAULT_RETRY, ...options.retry },
       fetch: options.fetch ?? globalThis.fetch,

@@ -19,6 +19,7 @@ import {
   paginate,
   RateLimitedError,
   type Schemas,
+  serializeQuery,
   TransportError,
   UnprocessableError,
   unwrap,
@@ -81,6 +82,40 @@ describe("the typed paths", () => {
       }),
     );
     assert.equal(found.results[0]?.id, stored.id);
+  });
+
+  it("lists by a filter of the language, sent as one JSON parameter", async () => {
+    const tag = randomUUID();
+    const urgent = await unwrap(
+      memory.POST("/api/v1/memories/", {
+        body: {
+          agent: "Writer",
+          content: "Renew the TLS certificate.",
+          tags: [tag],
+          importance: 0.9,
+        },
+      }),
+    );
+    await unwrap(
+      memory.POST("/api/v1/memories/", {
+        body: {
+          agent: "Writer",
+          content: "The lobby plant was watered.",
+          tags: [tag],
+          importance: 0.1,
+        },
+      }),
+    );
+    const filter = { tags: [tag], importance: { gte: 0.5 } };
+    assert.equal(
+      serializeQuery({ filter, page_size: 5 }),
+      `filter=${encodeURIComponent(JSON.stringify(filter))}&page_size=5`,
+    );
+    const page = await unwrap(memory.GET("/api/v1/memories/", { params: { query: { filter } } }));
+    assert.deepEqual(
+      page.results.map((m) => m.id),
+      [urgent.id],
+    );
   });
 
   it("follows the cursors of a list", async () => {
