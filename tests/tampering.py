@@ -35,12 +35,36 @@ def owner_connection() -> psycopg.Connection[Any]:
 
 def tamper(sql: str, params: list[Any]) -> None:
     """Run ``sql`` on ledger_event with its append-only trigger switched off, as the owner may."""
+    tamper_all([(sql, params)])
+
+
+def tamper_all(statements: list[tuple[str, list[Any]]]) -> None:
+    """``tamper`` for several statements in one transaction."""
     with owner_connection() as owner, owner.transaction():
         # Deferred foreign-key checks of a DELETE would otherwise block ALTER TABLE below.
         owner.execute("SET CONSTRAINTS ALL IMMEDIATE")
         owner.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_update_or_delete")
-        owner.execute(sql, params)
+        for sql, params in statements:
+            owner.execute(sql, params)
         owner.execute("ALTER TABLE ledger_event ENABLE TRIGGER ledger_event_no_update_or_delete")
+
+
+def events_delete(where: str, params: list[Any]) -> None:
+    """Delete the events ``where`` picks, and the rows derived from them, as an attacker removing
+    events would (else the foreign key, not the ledger, refuses). One transaction that holds off
+    the worker's inserts: between two, it could embed an event again and the delete fail."""
+    tamper_all(
+        [
+            ("LOCK TABLE memory_eventembedding IN SHARE ROW EXCLUSIVE MODE", []),
+            (
+                # ``where`` is a literal of the calling test, its values are parameters.
+                f"DELETE FROM memory_eventembedding WHERE event_id IN"  # noqa: S608
+                f" (SELECT id FROM ledger_event WHERE {where})",
+                params,
+            ),
+            (f"DELETE FROM ledger_event WHERE {where}", params),  # noqa: S608
+        ]
+    )
 
 
 def rewrite_tail(tenant: Tenant, *, from_seq: int, payload: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from ledger.anchors import chain_checkpoint, checkpoint_append, checkpoints_read
 from ledger.models import Event, JobRun, Role
 from ledger.selectors import event_chain_verify
 from tests.ledger.test_chain import append_n
-from tests.tampering import rewrite_tail, tamper
+from tests.tampering import events_delete, rewrite_tail, tamper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,14 +30,7 @@ def anchor_file(tenant) -> Path:
 
 
 def delete_events(tenant, *, from_seq: int) -> None:
-    # With the rows derived from them (the worker may have embedded these events already), as an
-    # attacker removing events would: otherwise the foreign key, not the ledger, refuses.
-    tamper(
-        "DELETE FROM memory_eventembedding WHERE event_id IN"
-        " (SELECT id FROM ledger_event WHERE tenant_id = %s AND seq >= %s)",
-        [tenant.pk, from_seq],
-    )
-    tamper("DELETE FROM ledger_event WHERE tenant_id = %s AND seq >= %s", [tenant.pk, from_seq])
+    events_delete("tenant_id = %s AND seq >= %s", [tenant.pk, from_seq])
 
 
 def test_a_checkpoint_signs_the_verified_head_into_a_file_outside_the_database(tenant):

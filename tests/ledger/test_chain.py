@@ -8,7 +8,7 @@ from ledger.models import Event, Tenant
 from ledger.selectors import event_chain_verify
 from ledger.services import EventDraft, event_append, events_append
 from tests.concurrency import run_concurrently
-from tests.tampering import owner_connection, tamper
+from tests.tampering import events_delete, owner_connection, tamper
 
 
 def append_n(tenant: Tenant, count: int, actor: str = "Creator1") -> list[Event]:
@@ -123,7 +123,7 @@ def test_verify_names_the_first_tampered_event(tenant):
 def test_verify_notices_a_deleted_event(tenant):
     events = append_n(tenant, 4)
 
-    tamper("DELETE FROM ledger_event WHERE id = %s", [events[1].pk])
+    events_delete("id = %s", [events[1].pk])
     report = event_chain_verify(tenant=tenant)
 
     assert not report.ok

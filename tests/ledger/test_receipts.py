@@ -12,7 +12,7 @@ import pytest
 from ledger.models import Agent, Event, Role
 from ledger.receipts import HEADER
 from tests.ledger.test_chain import append_n
-from tests.tampering import rewrite_tail, tamper
+from tests.tampering import events_delete, rewrite_tail, tamper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -117,8 +117,7 @@ def test_a_receipt_of_a_deleted_last_event_fails_as_truncation(tenant, api_as):
     receipt = writer.post("/api/v1/events/", spoken(), format="json")[HEADER]
 
     gone = head(tenant).pk
-    tamper("DELETE FROM memory_eventembedding WHERE event_id = %s", [gone])
-    tamper("DELETE FROM ledger_event WHERE id = %s", [gone])
+    events_delete("id = %s", [gone])
     body = verify(writer, receipt).json()
 
     assert (body["ok"], body["code"]) == (False, "ledger_truncated")
