@@ -10,6 +10,7 @@ import pytest
 
 from ledger.models import Event, Role
 from ledger.projections import projection_rebuild, registered_projections
+from memory.embeddings.backends import embed_texts
 from memory.episodic.services import MemoryDraft, memories_store
 from memory.episodic.validity import CURRENTLY_VALID, Validity
 from memory.models import Memory
@@ -375,10 +376,12 @@ def test_neighbours_that_cannot_reach_the_threshold_are_not_embedded_again(
 
     settings.CONSOLIDATION_SIMILARITY_THRESHOLD = 0.6
     embedded: list[list[str]] = []
-    real = consolidation.embed_texts
-    monkeypatch.setattr(
-        consolidation, "embed_texts", lambda texts: embedded.append(list(texts)) or real(texts)
-    )
+
+    def recorded(texts: list[str]) -> list[list[float]]:
+        embedded.append(list(texts))
+        return embed_texts(texts)
+
+    monkeypatch.setattr(consolidation, "embed_texts", recorded)
     new = Memory(content=GBP, role="user", metadata={})
     neighbour = consolidation._Neighbour(1, EUR, stored_cosine, speaker)
 
