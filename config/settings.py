@@ -329,7 +329,7 @@ EMBEDDING_TIMEOUT_SECONDS = env_float("EMBEDDING_TIMEOUT_SECONDS", 10.0)
 # at once, and a second thread per call cost 45 % more CPU for 10 % less wall time
 # (bench/embedding_threads.py), CPU that the other requests and the database needed.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
-# Texts whose vectors each process keeps (about 1.6 kB each): consolidation compares a new
+# Texts whose vectors each process keeps (about 3 kB each, float64): consolidation compares a new
 # memory with its neighbours by content, and the same neighbours come back store after store.
 EMBEDDING_CACHE_TEXTS = env_int("EMBEDDING_CACHE_TEXTS", 4096)
 # Token counting for working-memory budgets: o200k_base or cl100k_base, shipped in quicktok-v1.
