@@ -38,6 +38,8 @@ def main() -> None:
         "AGENT_MEMORY_DATA_DIR": str(DATA_DIR),
         "FUZZ_MAX_EXAMPLES": str(args.examples),
         "FUZZ_RANDOM": "1",
+        # Every boundary case, not the bounded run's sample (tests/test_fuzz_api.py).
+        "FUZZ_BOUNDARY_SAMPLE_EVERY": "1",
     }
     started = time.monotonic()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
