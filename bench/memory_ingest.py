@@ -9,9 +9,8 @@ dev turns in conversation order, with their speaker, session and session date) t
 measures, back to back:
 
 * raw:        the configured embedding backend on exactly the texts the store embeds
-              ("[date] speaker: content"), one call per batch (the baseline);
-* raw, sorted: the same texts sorted by length, embedded 32 at a time (a reference: what the
-              embedder does when a batch is not padded to its longest text);
+              ("[date] speaker: content"), one call per batch (the baseline; the local
+              backend runs it in length-sorted pieces of 32, see LocalEmbedder.embed);
 * in-process: memory.episodic.services.memories_store(agent=..., drafts=batch) (policies, embedding,
               insert, keyword documents, ledger events with sealed content, one transaction);
 * HTTP:       POST /api/v1/memories/batch/ to gunicorn (config.wsgi) over a kept-alive
@@ -176,14 +175,6 @@ def ingest(args: argparse.Namespace, summary: dict[str, Any]) -> None:
             embedder().embed(texts)
             raw = time.perf_counter() - started
 
-            # Reference, not the baseline: the same texts sorted by length in pieces of 32, so
-            # a piece pads to a similar length (what the embedder could do with a large batch).
-            started = time.perf_counter()
-            ordered = sorted(texts, key=len)
-            for offset in range(0, len(ordered), 32):
-                embedder().embed(ordered[offset : offset + 32])
-            sorted_raw = time.perf_counter() - started
-
             with stage_timers(stages if number else defaultdict(float)):
                 started = time.perf_counter()
                 memories_store(agent=local_agent, drafts=drafts, actor="system")
@@ -199,7 +190,6 @@ def ingest(args: argparse.Namespace, summary: dict[str, Any]) -> None:
                 continue  # warm-up: model loads, first connections, caches
             store_seconds += local
             rates["raw embedder"].append(size / raw)
-            rates["raw, sorted, by 32"].append(size / sorted_raw)
             rates["store, in-process"].append(size / local)
             rates["store, HTTP"].append(size / (http_ms / 1000))
             ratios["store, in-process"].append(raw / local)
