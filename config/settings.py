@@ -427,6 +427,10 @@ CONSOLIDATION_SIMILARITY_THRESHOLD = env_float("CONSOLIDATION_SIMILARITY_THRESHO
 CONSOLIDATION_MIN_SHARED_WORDS = env_int("CONSOLIDATION_MIN_SHARED_WORDS", 1)
 # How many nearest older memories are weighed for each new one.
 CONSOLIDATION_NEIGHBOURS = env_int("CONSOLIDATION_NEIGHBOURS", 5)
+# A batch of more than one memory is judged after its store by a Celery task (the batch's
+# `defer_consolidation` overrides it): the neighbour reads and the content embeddings took half
+# of a batch store's time (docs/benchmarks.md, "Memory store throughput").
+CONSOLIDATION_DEFER_BATCHES = env_bool("CONSOLIDATION_DEFER_BATCHES", True)
 # Optional: an OpenAI-compatible chat model decides instead of the rule (single stores only);
 # a failure falls back to the rule. Neighbours under the floor are not shown to it.
 CONSOLIDATION_LLM_URL = env_str("CONSOLIDATION_LLM_URL", "")

@@ -17,6 +17,7 @@ from ledger.jobs import (
     job_task_run,
 )
 from ledger.models import Tenant
+from memory.consolidation.services import memories_consolidate
 from memory.embeddings.backends import EmbeddingUnavailable
 from memory.embeddings.services import (
     embeddings_backfill_batches,
@@ -37,17 +38,27 @@ EMBEDDINGS_BACKFILL_JOB = "memory.embeddings_backfill"
 REFLECTIONS_JOB = "memory.reflections"
 
 
-@shared_task(
-    name="memory.tasks.event_embeddings_build",
-    autoretry_for=(EmbeddingUnavailable,),
-    retry_backoff=5,
-    retry_backoff_max=300,
-    max_retries=5,
-    acks_late=True,
-    ignore_result=True,
-)
+# Tasks that embed: an embedder that is down is retried with backoff, not lost.
+EMBEDDING_TASK_OPTIONS: dict[str, Any] = {
+    "autoretry_for": (EmbeddingUnavailable,),
+    "retry_backoff": 5,
+    "retry_backoff_max": 300,
+    "max_retries": 5,
+    "acks_late": True,
+    "ignore_result": True,
+}
+
+
+@shared_task(name="memory.tasks.event_embeddings_build", **EMBEDDING_TASK_OPTIONS)
 def event_embeddings_build_task(event_ids: list[int]) -> int:
     return event_embeddings_build(event_ids=event_ids)
+
+
+@shared_task(name="memory.tasks.memories_consolidate", **EMBEDDING_TASK_OPTIONS)
+def memories_consolidate_task(memory_ids: list[int], actor: str) -> int:
+    """A batch's consolidation, deferred by ``memories_store``. A retry is safe: a memory
+    superseded already is left alone and a proposal already recorded is recorded again."""
+    return memories_consolidate(memory_ids=memory_ids, actor=actor)
 
 
 @shared_task(name="memory.tasks.memories_mark_retrieved", ignore_result=True)

@@ -35,6 +35,11 @@ from memory.search.selectors import memories_nearest
 logger = logging.getLogger(__name__)
 
 SUPERSEDED = "memory.superseded"
+# What a deferred judgement (memories_consolidate) found under propose: the older memories the
+# stored one would supersede. Changes nothing; the memory's history shows it.
+PROPOSED = "memory.supersession_proposed"
+# The decision of a memory whose neighbours are judged after the store (memories_consolidate).
+DEFERRED = "deferred"
 # The most ids one request may name in ``supersedes``.
 SUPERSEDES_MAX = 100
 EXPLICIT = "explicit"
@@ -61,7 +66,8 @@ class Consolidation:
     """What consolidation made of one new memory."""
 
     mode: str
-    # add: a fact of its own; supersede: it replaces older ones; ignore: it repeats one.
+    # add: a fact of its own; supersede: it replaces older ones; ignore: it repeats one;
+    # deferred: its neighbours are judged after the store (memories_consolidate).
     decision: str = "add"
     # "rule", "model", "explicit" or "" (nothing was looked for).
     decided_by: str = ""
@@ -106,12 +112,19 @@ def supersedes_check(*, agent: Agent, ids: Sequence[int]) -> None:
 
 
 def consolidation_plan(
-    *, agent: Agent, memory: Memory, explicit: Sequence[int] = (), use_model: bool = True
+    *,
+    agent: Agent,
+    memory: Memory,
+    explicit: Sequence[int] = (),
+    use_model: bool = True,
+    deferred: bool = False,
 ) -> Consolidation:
-    """What to supersede for ``memory`` (embedded, not yet stored): the ``explicit`` ids, and
-    under ``CONSOLIDATION_MODE`` propose or apply the older valid neighbours the rule (or the
-    model, when configured and ``use_model``) finds stating the same thing about the same
-    subject. Reads only; ``supersedes_check`` has vetted ``explicit``."""
+    """What to supersede for ``memory`` (embedded; stored already when judged by
+    ``memories_consolidate``): the ``explicit`` ids, and under ``CONSOLIDATION_MODE`` propose
+    or apply the older valid neighbours the rule (or the model, when configured and
+    ``use_model``) finds stating the same thing about the same subject. ``deferred``: the
+    neighbours are left for ``memories_consolidate`` (decision ``deferred``). Reads only;
+    ``supersedes_check`` has vetted ``explicit``."""
     mode = settings.CONSOLIDATION_MODE
     candidates = [
         SupersessionCandidate(id=pk, content=content, similarity=None, reason=EXPLICIT)
@@ -122,6 +135,8 @@ def consolidation_plan(
         plan = replace(plan, decision="supersede", decided_by=EXPLICIT)
     if mode == "off" or memory.embedding is None:
         return plan
+    if deferred:
+        return plan if candidates else replace(plan, decision=DEFERRED)
     neighbours = _older_neighbours(agent, memory, exclude=set(explicit))
     if not neighbours:
         return plan
@@ -148,13 +163,19 @@ def _older_neighbours(agent: Agent, memory: Memory, exclude: set[int]) -> list[_
     """The agent's nearest still-valid memories that began no later than ``memory``, with the
     cosine of their stored vectors."""
     assert memory.embedding is not None
+    if memory.pk is not None:  # judged after it was stored: it is its own nearest
+        exclude = exclude | {memory.pk}
     nearest = memories_nearest(
-        agent=agent, vector=list(memory.embedding), k=settings.CONSOLIDATION_NEIGHBOURS
+        agent=agent,
+        vector=list(memory.embedding),
+        k=settings.CONSOLIDATION_NEIGHBOURS + (memory.pk is not None),
     )
     similarity = {pk: 1.0 - distance for pk, distance in nearest if pk not in exclude}
-    rows = Memory.objects.filter(pk__in=similarity, valid_from__lte=memory.valid_from).only(
-        "id", "content", "role", "metadata", "speaker"
-    )
+    rows = Memory.objects.filter(pk__in=similarity, valid_from__lte=memory.valid_from)
+    if memory.pk is not None:
+        # A memory stored after it (a later one of its own batch) with the same start is newer.
+        rows = rows.exclude(valid_from=memory.valid_from, pk__gt=memory.pk)
+    rows = rows.only("id", "content", "role", "metadata", "speaker")
     return sorted(
         (_Neighbour(m.pk, m.content, round(similarity[m.pk], 4), m.speaker_named) for m in rows),
         key=lambda n: -n.similarity,
@@ -360,3 +381,56 @@ def memories_supersede(*, memory: Memory, ids: Sequence[int], actor: str) -> Con
     )
     with transaction.atomic():
         return supersessions_apply(memory=memory, plan=plan, actor=actor, now=timezone.now())
+
+
+def memories_consolidate(*, memory_ids: Sequence[int], actor: str) -> int:
+    """Judge stored memories (a batch stored with its consolidation deferred) as a store would
+    have, in the order they were stored: each against the neighbours that began before it, its
+    batch-mates included, as the ones before it in the batch left them. Under apply the found
+    ones are superseded (``memory.superseded``); under propose the finding is recorded as one
+    ``memory.supersession_proposed`` event that changes nothing. A memory deleted, superseded
+    or left without a vector meanwhile is skipped. Returns how many events were written."""
+    mode = settings.CONSOLIDATION_MODE
+    if mode == "off":
+        return 0
+    written = 0
+    pending = (
+        Memory.objects.filter(pk__in=memory_ids, superseded_by__isnull=True)
+        .exclude(embedding=None)
+        .select_related("agent", "tenant")
+        .order_by("id")
+    )
+    for memory in pending:
+        plan = consolidation_plan(agent=memory.agent, memory=memory, use_model=False)
+        found = [c for c in plan.candidates if not c.explicit]
+        if not found:
+            continue
+        with transaction.atomic():
+            if mode == "apply":
+                applied = supersessions_apply(
+                    memory=memory, plan=plan, actor=actor, now=timezone.now()
+                )
+                written += len(applied.supersedes)
+                continue
+            tenant_write_lock(memory.tenant)
+            events_append(
+                tenant=memory.tenant,
+                drafts=[
+                    EventDraft(kind=PROPOSED, actor=actor, payload=_proposed_payload(memory, found))
+                ],
+            )
+            written += 1
+    return written
+
+
+def _proposed_payload(memory: Memory, found: Sequence[SupersessionCandidate]) -> dict[str, Any]:
+    """No content, as for a supersession: the ids, why, and the cosine."""
+    reasons = "; ".join(f"memory {c.id} ({c.reason})" for c in found)
+    return {
+        "memory_id": memory.pk,
+        "agent_id": memory.agent_id,
+        "reason": f"would supersede {reasons}",
+        "candidates": [
+            {"memory_id": c.id, "reason": c.reason, "similarity": c.similarity} for c in found
+        ],
+    }

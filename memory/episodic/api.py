@@ -281,10 +281,12 @@ class MemoryViewSet(
         serializer.is_valid(raise_exception=True)
         agent = agent_for_caller(self.principal, serializer.validated_data.get("agent"))
         item = MemoryInputSerializer()
+        drafts = [item.to_draft(data) for data in serializer.validated_data["memories"]]
         stored = memories_store(
             agent=agent,
-            drafts=[item.to_draft(data) for data in serializer.validated_data["memories"]],
+            drafts=drafts,
             actor=self.principal.actor,
+            defer_consolidation=serializer.validated_data["defer_consolidation"],
         )
         return Response(
             {"memories": MemoryStoredSerializer(stored, many=True).data},

@@ -164,6 +164,17 @@ class MemoryStoreSerializer(MemoryInputSerializer):
 class MemoryBatchSerializer(serializers.Serializer[Any]):
     agent = serializers.CharField(max_length=200, required=False)
     memories = MemoryInputSerializer(many=True, allow_empty=False)
+    defer_consolidation = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=(
+            "Judge the memories' older neighbours after the store, in the background "
+            "(consolidation.decision is then `deferred`; what is found is applied, or under "
+            "propose recorded in each memory's history). Explicit `supersedes` are applied "
+            "either way. Default: CONSOLIDATION_DEFER_BATCHES for batches of more than one."
+        ),
+    )
 
 
 class MemorySupersedeSerializer(serializers.Serializer[Any]):

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -24,6 +25,8 @@ from ledger.services import (
     tenant_write_lock,
 )
 from memory.consolidation.services import (
+    DEFERRED,
+    PROPOSED,
     SUPERSEDED,
     consolidation_plan,
     supersedes_check,
@@ -59,6 +62,7 @@ MEMORY_EVENT_KINDS = frozenset(
         "memory.expired",
         "memory.retrieved",
         SUPERSEDED,
+        PROPOSED,
     }
 )
 
@@ -239,13 +243,24 @@ def memory_embedding_texts(
 MEMORY_BATCH_MAX = 1000
 
 
-def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -> list[Memory]:
+def memories_store(
+    *,
+    agent: Agent,
+    drafts: Sequence[MemoryDraft],
+    actor: str,
+    defer_consolidation: bool | None = None,
+) -> list[Memory]:
     """Store memories for an agent: all of them or, if one is invalid, none (its index is named).
     At most ``MEMORY_BATCH_MAX`` at once.
 
     Each memory is embedded before the transaction (searchable when this returns); if the
     embedder is down the memory is stored without a vector for the backfill job to fill.
+    ``defer_consolidation``: explicit ``supersedes`` are applied now, the neighbours are judged
+    after the commit by a Celery task (``memories_consolidate``), off the caller's time; by
+    default (None) a batch of more than one is, under ``CONSOLIDATION_DEFER_BATCHES``.
     """
+    if defer_consolidation is None:
+        defer_consolidation = settings.CONSOLIDATION_DEFER_BATCHES and len(drafts) > 1
     if len(drafts) > MEMORY_BATCH_MAX:
         # The answer the API gave while this rule lived in its serializer, kept for clients.
         raise ApiError(
@@ -307,7 +322,11 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
     # Neighbours (and the model, when configured) are read before the tenant's lock is taken.
     plans = [
         consolidation_plan(
-            agent=agent, memory=row, explicit=draft.supersedes, use_model=len(drafts) == 1
+            agent=agent,
+            memory=row,
+            explicit=draft.supersedes,
+            use_model=len(drafts) == 1,
+            deferred=defer_consolidation,
         )
         for row, draft in zip(rows, drafts, strict=True)
     ]
@@ -317,7 +336,18 @@ def memories_store(*, agent: Agent, drafts: Sequence[MemoryDraft], actor: str) -
             memory.consolidation = supersessions_apply(
                 memory=memory, plan=plan, actor=actor, now=now
             )
+        if any(plan.decision == DEFERRED for plan in plans):
+            ids = [memory.pk for memory in stored]
+            transaction.on_commit(partial(_consolidation_publish, ids, actor), robust=True)
     return stored
+
+
+def _consolidation_publish(memory_ids: list[int], actor: str) -> None:
+    """After the commit; a broker that is down loses the judgement, never the memories
+    (``robust``: the failure is logged, the store answers)."""
+    from memory.tasks import memories_consolidate_task  # the tasks module imports this one
+
+    memories_consolidate_task.delay(memory_ids, actor)
 
 
 def _memories_write(

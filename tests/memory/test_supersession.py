@@ -355,6 +355,7 @@ def test_a_batch_is_judged_by_the_rule_not_the_model(agent, chat_model):
         agent=agent,
         drafts=[MemoryDraft(content=GBP, occurred_at=JUNE), MemoryDraft(content=MEETINGS)],
         actor="x",
+        defer_consolidation=False,
     )
 
     assert chat_model.requests == []

@@ -107,6 +107,7 @@ class Memory(TypedDict):
 class MemoryBatchRequest(TypedDict):
     agent: NotRequired[str]
     memories: list[MemoryInputRequest]
+    defer_consolidation: NotRequired[bool | None]
 
 
 class MemoryBatchResult(TypedDict):
