@@ -235,3 +235,58 @@ def _stop_embedded_services() -> None:
     connections.close_all()
     embedded_redis.redis_stop(settings.EMBEDDED)
     embedded.postgres_stop(settings.EMBEDDED)
+
+
+# --- Celery worker ------------------------------------------------------------------------------
+
+
+def start_worker(stack: Stack) -> subprocess.Popen[bytes]:
+    """A Celery worker on the stack's database and Redis, one pool process, as ``make up`` runs
+    it (its pool niced by ``WORKER_NICENESS``)."""
+    log = stack.data_dir / "logs" / "celery-worker.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "AGENT_MEMORY_DATA_DIR": str(stack.data_dir), "LOG_LEVEL": "WARNING"}
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    with open(log, "ab") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel", "WARNING",
+             "--concurrency", "1", "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def celery_worker(stack: Stack) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Workers started in the block (one, plus any the caller appends), stopped after it."""
+    processes = [start_worker(stack)]
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            _stop_process(process)
+
+
+def background_drained(timeout: float = 600.0) -> float:
+    """Wait until the broker's queue is empty and no worker runs a task; the seconds waited.
+
+    What the service queued (a batch's consolidation, the ledger events' embeddings) is part of
+    what an ingest costs; a benchmark reports when it was done, not only when the store answered.
+    """
+    from config.celery import app
+    from config.health import redis_client
+    from config.metrics import CELERY_QUEUES
+
+    started = time.perf_counter()
+    inspector = app.control.inspect(timeout=1.0)
+    client = redis_client()
+    try:
+        while time.perf_counter() - started < timeout:
+            if not any(client.llen(queue) for queue in CELERY_QUEUES):
+                active = inspector.active() or {}
+                reserved = inspector.reserved() or {}
+                if active and not any([*active.values(), *reserved.values()]):
+                    return time.perf_counter() - started
+            time.sleep(0.5)
+    finally:
+        client.close()
+    raise TimeoutError(f"the Celery queue was not drained within {timeout:.0f} s")

@@ -47,11 +47,11 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from _service import Stack, _stop_process, service_stack
+from _service import Stack, celery_worker, service_stack, start_worker
 from _setup import ROOT, bench_summary, json_option_add, load_bar, percentile
 
 P99_TARGET_MS = 250
@@ -225,28 +225,6 @@ def print_level(label: str, tally: Tally, seconds: float) -> dict[str, Any]:
 
 
 # --- Celery worker ------------------------------------------------------------------------------
-
-
-def start_worker(stack: Stack) -> subprocess.Popen[bytes]:
-    log = stack.data_dir / "logs" / "celery-worker.log"
-    env = {**os.environ, "AGENT_MEMORY_DATA_DIR": str(stack.data_dir), "LOG_LEVEL": "WARNING"}
-    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    with open(log, "ab") as output:
-        return subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel", "WARNING",
-             "--concurrency", "1", "--without-mingle", "--without-gossip"],
-            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-
-@contextlib.contextmanager
-def celery_worker(stack: Stack) -> Iterator[list[subprocess.Popen[bytes]]]:
-    processes = [start_worker(stack)]
-    try:
-        yield processes
-    finally:
-        for process in processes:
-            _stop_process(process)
 
 
 # --- Faults -------------------------------------------------------------------------------------

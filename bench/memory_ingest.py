@@ -16,6 +16,12 @@ measures, back to back:
 * HTTP:       POST /api/v1/memories/batch/ to gunicorn (config.wsgi) over a kept-alive
               connection: the same work plus JSON and DRF.
 
+A Celery worker runs beside them, as under ``make up``: a batch's consolidation is judged after
+its store (``CONSOLIDATION_DEFER_BATCHES``), and every store's ledger events are embedded, in the
+worker, on the same 2 cores. After the last batch the bench waits until the worker is idle and
+prints how long that took and what consolidation wrote. ``--consolidation inline`` judges each
+batch before it answers instead (``defer_consolidation: false``), for the comparison.
+
 The raw paths call the configured backend itself, not ``embed_texts``: that function keeps the
 vectors of recent texts (``EMBEDDING_CACHE_TEXTS``), and a store after it would be handed this
 batch's vectors for free. The stores use the cache as a server does.
@@ -40,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from _locomo import DEFAULT_DATA, load_locomo
-from _service import service_stack
+from _service import background_drained, celery_worker, service_stack
 from _setup import ROOT, bench_summary, json_option_add, load_bar, percentile
 
 TARGET_RATIO = 0.80
@@ -116,6 +122,12 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=ROOT / "var" / "bench-memory-ingest")
     parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
     parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
+    parser.add_argument(
+        "--consolidation",
+        choices=("deferred", "inline"),
+        default="deferred",
+        help="judge each batch's neighbours after the store (the default) or before it answers",
+    )
     json_option_add(parser)
     args = parser.parse_args()
     with bench_summary(as_json=args.json, name="memory_ingest") as summary:
@@ -130,7 +142,11 @@ def ingest(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
 
-    with service_stack(args.data_dir, workers=args.workers, keep=args.keep) as stack:
+    deferred = args.consolidation == "deferred"
+    with (
+        service_stack(args.data_dir, workers=args.workers, keep=args.keep) as stack,
+        celery_worker(stack),
+    ):
         from ledger.models import Agent
         from ledger.services import agent_create
         from memory.embeddings.backends import embedder
@@ -177,11 +193,14 @@ def ingest(args: argparse.Namespace, summary: dict[str, Any]) -> None:
 
             with stage_timers(stages if number else defaultdict(float)):
                 started = time.perf_counter()
-                memories_store(agent=local_agent, drafts=drafts, actor="system")
+                memories_store(
+                    agent=local_agent, drafts=drafts, actor="system", defer_consolidation=deferred
+                )
                 local = time.perf_counter() - started
 
             status, body, http_ms = api.post(
-                "/api/v1/memories/batch/", {"agent": http_agent.name, "memories": batch}
+                "/api/v1/memories/batch/",
+                {"agent": http_agent.name, "memories": batch, "defer_consolidation": deferred},
             )
             if status != 201:
                 raise SystemExit(f"batch {number}: HTTP {status}: {body}")
@@ -196,6 +215,14 @@ def ingest(args: argparse.Namespace, summary: dict[str, Any]) -> None:
             ratios["store, HTTP"].append(raw / (http_ms / 1000))
         bar.close()
         api.close()
+        drained = background_drained()
+        from ledger.models import Event
+        from memory.consolidation.services import PROPOSED, SUPERSEDED
+
+        written = {
+            kind: Event.objects.filter(tenant=http_agent.tenant, kind=kind).count()
+            for kind in (SUPERSEDED, PROPOSED)
+        }
 
     print(f"\nthroughput, memories/s per batch of {size} (over {args.batches} batches):")
     summary["memories_per_s"] = {name: statistics.median(v) for name, v in rates.items()}
@@ -223,6 +250,14 @@ def ingest(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         print(f"  {name:32} {seconds:7.2f} s  {seconds / store_seconds:6.1%}")
     other = store_seconds - accounted
     print(f"  {'other (policies, keys, ORM, ...)':32} {other:7.2f} s  {other / store_seconds:6.1%}")
+    print(
+        f"consolidation {args.consolidation}; the worker (consolidation, ledger events' "
+        f"embeddings) was idle {drained:.1f} s after the last store; events written: "
+        + ", ".join(f"{kind} {count}" for kind, count in written.items())
+    )
+    summary["consolidation"] = args.consolidation
+    summary["background_drained_s"] = drained
+    summary["consolidation_events"] = written
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
