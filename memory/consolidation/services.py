@@ -190,16 +190,40 @@ def _by_content(memory: Memory, neighbours: list[_Neighbour]) -> list[_Neighbour
     one replaces the other is a question about their content. So these few are embedded again
     without the date, in one call; with the embedder down the stored vectors' cosine serves.
     """
-    if not neighbours:
-        return neighbours
+    return _by_content_each([(memory, neighbours)])[0]
+
+
+def _by_content_each(
+    judged: Sequence[tuple[Memory, list[_Neighbour]]],
+) -> list[list[_Neighbour]]:
+    """``_by_content`` for several memories, every text embedded in one call (the embedder
+    runs a call's texts in length-sorted pieces: twice the texts per second of one memory's
+    few, docs/embeddings.md)."""
+    texts = list(
+        dict.fromkeys(
+            text
+            for memory, neighbours in judged
+            if neighbours
+            for text in (memory.content, *(n.content for n in neighbours))
+        )
+    )
+    if not texts:
+        return [neighbours for _, neighbours in judged]
     try:
-        vectors = embed_texts([memory.content, *(n.content for n in neighbours)])
+        vector = dict(zip(texts, embed_texts(texts), strict=True))
     except EmbeddingUnavailable:
-        return neighbours
+        return [neighbours for _, neighbours in judged]
     return [
-        replace(n, similarity=round(sum(a * b for a, b in zip(vectors[0], v, strict=True)), 4))
-        for n, v in zip(neighbours, vectors[1:], strict=True)
+        [
+            replace(n, similarity=round(_dot(vector[memory.content], vector[n.content]), 4))
+            for n in neighbours
+        ]
+        for memory, neighbours in judged
     ]
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
 
 
 # The stored vectors embed "[date] speaker: content". With one speaker that shared frame lifts
@@ -225,21 +249,36 @@ def _shares_subject(memory: Memory, neighbour: _Neighbour, rule: RuleSettings) -
     return verdict.supersedes or verdict.reason == "restatement"
 
 
-def _rule_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Consolidation:
-    rule = RuleSettings(
+def _rule_settings() -> RuleSettings:
+    return RuleSettings(
         threshold=settings.CONSOLIDATION_SIMILARITY_THRESHOLD,
         min_shared=settings.CONSOLIDATION_MIN_SHARED_WORDS,
     )
-    # Only neighbours that could pass are embedded again: by their stored vectors' cosine (see
-    # STORED_COSINE_MARGIN) and by the subject test, which reads words only.
-    hopeful = [
+
+
+def _hopeful(memory: Memory, neighbours: list[_Neighbour], rule: RuleSettings) -> list[_Neighbour]:
+    """The neighbours worth embedding again: by their stored vectors' cosine (see
+    STORED_COSINE_MARGIN) and by the subject test, which reads words only."""
+    return [
         n
         for n in neighbours
         if _could_reach(n, memory, rule.threshold) and _shares_subject(memory, n, rule)
     ]
+
+
+def _rule_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Consolidation:
+    rule = _rule_settings()
+    return _rule_judgement(memory, _by_content(memory, _hopeful(memory, neighbours, rule)), mode)
+
+
+def _rule_judgement(
+    memory: Memory, hopeful: list[_Neighbour], mode: str, rule: RuleSettings | None = None
+) -> Consolidation:
+    """The rule's plan from the hopeful neighbours, with their cosine by content."""
+    rule = rule or _rule_settings()
     candidates = []
     repeats = False
-    for neighbour in _by_content(memory, hopeful):
+    for neighbour in hopeful:
         verdict = rule_verdict(
             new=memory.content, old=neighbour.content, similarity=neighbour.similarity, rule=rule
         )
@@ -386,7 +425,9 @@ def memories_supersede(*, memory: Memory, ids: Sequence[int], actor: str) -> Con
 def memories_consolidate(*, memory_ids: Sequence[int], actor: str) -> int:
     """Judge stored memories (a batch stored with its consolidation deferred) as a store would
     have, in the order they were stored: each against the neighbours that began before it, its
-    batch-mates included, as the ones before it in the batch left them. Under apply the found
+    batch-mates included. The batch's neighbours are read, and their texts embedded, before
+    any is judged, so a neighbour that an earlier memory of the batch supersedes is left as
+    that one left it (a proposal of the later one, never superseded twice). Under apply the found
     ones are superseded (``memory.superseded``); under propose the finding is recorded as one
     ``memory.supersession_proposed`` event that changes nothing. A memory deleted, superseded
     or left without a vector meanwhile is skipped. Returns how many events were written."""
@@ -400,9 +441,18 @@ def memories_consolidate(*, memory_ids: Sequence[int], actor: str) -> int:
         .select_related("agent", "tenant")
         .order_by("id")
     )
-    for memory in pending:
-        plan = consolidation_plan(agent=memory.agent, memory=memory, use_model=False)
-        found = [c for c in plan.candidates if not c.explicit]
+    memories = list(pending)
+    rule = _rule_settings()
+    # Every memory's neighbours first and their texts embedded in one call; a neighbour that an
+    # earlier memory of the batch supersedes meanwhile stays a proposal (SUPERSEDE_SQL skips it).
+    hopeful = [
+        _hopeful(memory, _older_neighbours(memory.agent, memory, exclude=set()), rule)
+        for memory in memories
+    ]
+    judged = _by_content_each(list(zip(memories, hopeful, strict=True)))
+    for memory, neighbours in zip(memories, judged, strict=True):
+        plan = _rule_judgement(memory, neighbours, mode, rule)
+        found = list(plan.candidates)
         if not found:
             continue
         with transaction.atomic():

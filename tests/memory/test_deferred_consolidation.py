@@ -190,3 +190,29 @@ def test_the_worker_judges_a_batch_the_api_stored(
         time.sleep(0.2)
     eur = Memory.objects.get(content=EUR)
     assert (eur.valid_until, eur.superseded_by) == (JUNE, successor)
+
+
+@pytest.mark.django_db
+def test_a_batchs_contents_are_embedded_again_in_one_call(agent, settings, monkeypatch):
+    from memory.consolidation import services as consolidation
+
+    settings.CONSOLIDATION_MODE = "apply"
+    batch(agent, (EUR, MAY), (MEETINGS, MAY), defer=False)
+    stored = batch(
+        agent, (GBP, JUNE), ("Now I prefer meetings in the afternoon.", JUNE), ("Hi!", JUNE)
+    )
+    calls: list[list[str]] = []
+    embed = consolidation.embed_texts
+
+    def recorded(texts: list[str]) -> list[list[float]]:
+        calls.append(list(texts))
+        return embed(texts)
+
+    monkeypatch.setattr(consolidation, "embed_texts", recorded)
+
+    assert memories_consolidate(memory_ids=[m.pk for m in stored], actor="x") == 2
+
+    assert len(calls) == 1
+    assert {EUR, GBP, MEETINGS} <= set(calls[0])
+    assert len(calls[0]) == len(set(calls[0]))
+    assert valid_until(EUR) == valid_until(MEETINGS) == JUNE
