@@ -202,7 +202,7 @@ def test_a_batchs_contents_are_embedded_again_in_one_call(agent, settings, monke
         agent, (GBP, JUNE), ("Now I prefer meetings in the afternoon.", JUNE), ("Hi!", JUNE)
     )
     calls: list[list[str]] = []
-    embed = consolidation.embed_texts
+    from memory.embeddings.backends import embed_texts as embed
 
     def recorded(texts: list[str]) -> list[list[float]]:
         calls.append(list(texts))
