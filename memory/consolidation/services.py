@@ -434,7 +434,6 @@ def memories_consolidate(*, memory_ids: Sequence[int], actor: str) -> int:
     mode = settings.CONSOLIDATION_MODE
     if mode == "off":
         return 0
-    written = 0
     pending = (
         Memory.objects.filter(pk__in=memory_ids, superseded_by__isnull=True)
         .exclude(embedding=None)
@@ -450,27 +449,36 @@ def memories_consolidate(*, memory_ids: Sequence[int], actor: str) -> int:
         for memory in memories
     ]
     judged = _by_content_each(list(zip(memories, hopeful, strict=True)))
-    for memory, neighbours in zip(memories, judged, strict=True):
-        plan = _rule_judgement(memory, neighbours, mode, rule)
-        found = list(plan.candidates)
-        if not found:
-            continue
-        with transaction.atomic():
-            if mode == "apply":
-                applied = supersessions_apply(
-                    memory=memory, plan=plan, actor=actor, now=timezone.now()
-                )
-                written += len(applied.supersedes)
-                continue
-            tenant_write_lock(memory.tenant)
-            events_append(
-                tenant=memory.tenant,
-                drafts=[
-                    EventDraft(kind=PROPOSED, actor=actor, payload=_proposed_payload(memory, found))
-                ],
+    plans = [
+        (memory, _rule_judgement(memory, neighbours, mode, rule))
+        for memory, neighbours in zip(memories, judged, strict=True)
+    ]
+    found = [(memory, plan) for memory, plan in plans if plan.candidates]
+    if not found:
+        return 0
+    # One transaction for the batch (supersessions_apply takes the tenant's lock, once: it is
+    # held to the commit): the stores this runs beside wait for that lock once, not per memory.
+    with transaction.atomic():
+        if mode == "apply":
+            now = timezone.now()
+            return sum(
+                len(supersessions_apply(memory=memory, plan=plan, actor=actor, now=now).supersedes)
+                for memory, plan in found
             )
-            written += 1
-    return written
+        by_tenant: dict[int, list[EventDraft]] = {}
+        for memory, plan in found:
+            by_tenant.setdefault(memory.tenant_id, []).append(
+                EventDraft(
+                    kind=PROPOSED,
+                    actor=actor,
+                    payload=_proposed_payload(memory, plan.candidates),
+                )
+            )
+        tenants = {memory.tenant_id: memory.tenant for memory, _ in found}
+        for tenant_id, drafts in sorted(by_tenant.items()):
+            tenant_write_lock(tenants[tenant_id])
+            events_append(tenant=tenants[tenant_id], drafts=drafts)
+    return len(found)
 
 
 def _proposed_payload(memory: Memory, found: Sequence[SupersessionCandidate]) -> dict[str, Any]:
