@@ -332,6 +332,13 @@ EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
 # Texts whose vectors each process keeps (about 3 kB each, float64): consolidation compares a new
 # memory with its neighbours by content, and the same neighbours come back store after store.
 EMBEDDING_CACHE_TEXTS = env_int("EMBEDDING_CACHE_TEXTS", 4096)
+# Niceness of the thread that embeds calls of more than one text (a batch store, consolidation,
+# the backfill) in each process; a search's query (one text) is embedded on its own request
+# thread at the process's priority, so an ingest in the same process gives way to searches.
+# 0: every call on its caller's thread.
+EMBEDDING_BULK_NICENESS = env_int("EMBEDDING_BULK_NICENESS", 10)
+if not 0 <= EMBEDDING_BULK_NICENESS <= 19:
+    raise ImproperlyConfigured("EMBEDDING_BULK_NICENESS must be from 0 to 19.")
 # Token counting for working-memory budgets: o200k_base or cl100k_base, shipped in quicktok-v1.
 TOKENIZER_ENCODING = env_str("TOKENIZER_ENCODING", "o200k_base")
 

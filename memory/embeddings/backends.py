@@ -14,9 +14,11 @@ its agent answer 500 (issue 18).
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Protocol
 
@@ -210,10 +212,58 @@ def embed_texts(texts: Sequence[str]) -> list[list[float]]:
     return vectors
 
 
+class BulkLane:
+    """One thread per process, at ``EMBEDDING_BULK_NICENESS``, that runs the calls of more than
+    one text. On Linux a thread has its own niceness, so the kernel gives the cores to the
+    request threads first: a search's query embedding and SQL no longer queue behind a batch
+    store's texts in the same process (onnxruntime and the tokenizer release the GIL while they
+    compute). Bulk calls of one process run one at a time, leaving the other core to searches.
+    """
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+        # What the thread was made for: a forked child (gunicorn, Celery's pool) inherits the
+        # executor but not its thread, and a setting may change (tests).
+        self._made_for = (0, 0)
+        self._lock = threading.Lock()
+
+    def run(self, work: Callable[[], list[list[float]]]) -> list[list[float]]:
+        niceness = settings.EMBEDDING_BULK_NICENESS
+        if niceness <= 0 or not hasattr(os, "setpriority"):
+            return work()
+        with self._lock:
+            if self._executor is None or self._made_for != (os.getpid(), niceness):
+                if self._executor is not None and self._made_for[0] == os.getpid():
+                    self._executor.shutdown(wait=False)
+                self._executor = ThreadPoolExecutor(
+                    max_workers=1,
+                    thread_name_prefix="bulk-embedding",
+                    initializer=_thread_niceness_raise,
+                    initargs=(niceness,),
+                )
+                self._made_for = (os.getpid(), niceness)
+            executor = self._executor
+        return executor.submit(work).result()
+
+
+def _thread_niceness_raise(niceness: int) -> None:
+    """This thread's niceness to ``niceness``, never lower than the process's (a Celery pool
+    process is niced already; lowering it back would need privileges)."""
+    thread = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, thread, max(niceness, os.getpriority(os.PRIO_PROCESS, thread)))
+
+
+_bulk_lane = BulkLane()
+
+
 def _embedded(texts: list[str]) -> list[list[float]]:
     try:
         with embedder_timed(settings.EMBEDDING_BACKEND):
-            vectors = embedder().embed(texts)
+            model = embedder()
+            if len(texts) > 1:
+                vectors = _bulk_lane.run(lambda: model.embed(texts))
+            else:
+                vectors = model.embed(texts)
     except EmbeddingUnavailable:
         raise
     except Exception as exc:  # a model runtime error must degrade like an outage

@@ -1,0 +1,73 @@
+"""Calls of more than one text are embedded on a thread of lower CPU priority
+(``EMBEDDING_BULK_NICENESS``); a query's one text on the caller's thread."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from memory.embeddings import backends
+from memory.embeddings.backends import EmbeddingUnavailable, embed_texts
+
+
+class ThreadRecordingEmbedder:
+    """Answers a fixed unit vector and notes the thread and niceness each call ran at."""
+
+    name = "test:thread-recording"
+    dimensions = 3
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[int, int, int]] = []  # (thread id, niceness, texts)
+        self.fail = fail
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        thread = threading.get_native_id()
+        self.calls.append((thread, os.getpriority(os.PRIO_PROCESS, thread), len(texts)))
+        if self.fail:
+            raise RuntimeError("the model broke")
+        return [[1.0, 0.0, 0.0] for _ in texts]
+
+
+@pytest.fixture
+def recording(monkeypatch, settings) -> ThreadRecordingEmbedder:
+    settings.EMBEDDING_CACHE_TEXTS = 0
+    spy = ThreadRecordingEmbedder()
+    monkeypatch.setattr(backends, "embedder", lambda: spy)
+    return spy
+
+
+def test_a_batch_is_embedded_on_a_niced_thread_and_a_query_on_its_own(recording, settings):
+    settings.EMBEDDING_BULK_NICENESS = 10
+    caller = threading.get_native_id()
+    own = os.getpriority(os.PRIO_PROCESS, caller)
+
+    embed_texts(["one query"])
+    embed_texts(["first memory", "second memory"])
+
+    (query_thread, query_niceness, _), (bulk_thread, bulk_niceness, texts) = recording.calls
+    assert (query_thread, query_niceness) == (caller, own)
+    assert bulk_thread != caller
+    assert bulk_niceness == max(10, own)
+    assert texts == 2
+    assert os.getpriority(os.PRIO_PROCESS, caller) == own  # the caller keeps its priority
+
+
+def test_niceness_zero_embeds_everything_on_the_callers_thread(recording, settings):
+    settings.EMBEDDING_BULK_NICENESS = 0
+
+    embed_texts(["first memory", "second memory"])
+
+    assert recording.calls[0][0] == threading.get_native_id()
+
+
+def test_a_failure_on_the_bulk_thread_reaches_the_caller_as_an_outage(monkeypatch, settings):
+    settings.EMBEDDING_CACHE_TEXTS = 0
+    settings.EMBEDDING_BULK_NICENESS = 10
+    spy = ThreadRecordingEmbedder(fail=True)
+    monkeypatch.setattr(backends, "embedder", lambda: spy)
+
+    with pytest.raises(EmbeddingUnavailable, match="the model broke"):
+        embed_texts(["first memory", "second memory"])
