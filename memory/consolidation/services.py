@@ -162,24 +162,50 @@ class _Neighbour:
 def _older_neighbours(agent: Agent, memory: Memory, exclude: set[int]) -> list[_Neighbour]:
     """The agent's nearest still-valid memories that began no later than ``memory``, with the
     cosine of their stored vectors."""
-    assert memory.embedding is not None
-    if memory.pk is not None:  # judged after it was stored: it is its own nearest
-        exclude = exclude | {memory.pk}
-    nearest = memories_nearest(
-        agent=agent,
-        vector=list(memory.embedding),
-        k=settings.CONSOLIDATION_NEIGHBOURS + (memory.pk is not None),
+    return _older_neighbours_each(agent, [memory], exclude)[0]
+
+
+def _older_neighbours_each(
+    agent: Agent,
+    memories: Sequence[Memory],
+    exclude: set[int] = frozenset(),  # type: ignore[assignment]
+) -> list[list[_Neighbour]]:
+    """``_older_neighbours`` of several memories of the agent, their rows read in one query."""
+    similarities = []
+    for memory in memories:
+        assert memory.embedding is not None
+        stored = memory.pk is not None  # judged after it was stored: it is its own nearest
+        nearest = memories_nearest(
+            agent=agent,
+            vector=list(memory.embedding),
+            k=settings.CONSOLIDATION_NEIGHBOURS + stored,
+        )
+        similarities.append(
+            {pk: 1.0 - d for pk, d in nearest if pk not in exclude and pk != memory.pk}
+        )
+    rows = Memory.objects.filter(pk__in={pk for found in similarities for pk in found}).only(
+        "id", "content", "role", "metadata", "speaker", "valid_from"
     )
-    similarity = {pk: 1.0 - distance for pk, distance in nearest if pk not in exclude}
-    rows = Memory.objects.filter(pk__in=similarity, valid_from__lte=memory.valid_from)
-    if memory.pk is not None:
-        # A memory stored after it (a later one of its own batch) with the same start is newer.
-        rows = rows.exclude(valid_from=memory.valid_from, pk__gt=memory.pk)
-    rows = rows.only("id", "content", "role", "metadata", "speaker")
-    return sorted(
-        (_Neighbour(m.pk, m.content, round(similarity[m.pk], 4), m.speaker_named) for m in rows),
-        key=lambda n: -n.similarity,
-    )
+    by_id = {row.pk: row for row in rows}
+    return [
+        sorted(
+            (
+                _Neighbour(pk, row.content, round(cosine, 4), row.speaker_named)
+                for pk, cosine in found.items()
+                if (row := by_id.get(pk)) is not None and _began_before(row, memory)
+            ),
+            key=lambda n: -n.similarity,
+        )
+        for memory, found in zip(memories, similarities, strict=True)
+    ]
+
+
+def _began_before(neighbour: Memory, memory: Memory) -> bool:
+    """Whether ``neighbour`` is older than ``memory``: it began earlier, or at the same time and
+    was stored before it (a memory not stored yet comes after every stored one)."""
+    if neighbour.valid_from != memory.valid_from:
+        return neighbour.valid_from < memory.valid_from
+    return memory.pk is None or neighbour.pk < memory.pk
 
 
 def _by_content(memory: Memory, neighbours: list[_Neighbour]) -> list[_Neighbour]:
@@ -444,10 +470,14 @@ def memories_consolidate(*, memory_ids: Sequence[int], actor: str) -> int:
     rule = _rule_settings()
     # Every memory's neighbours first and their texts embedded in one call; a neighbour that an
     # earlier memory of the batch supersedes meanwhile stays a proposal (SUPERSEDE_SQL skips it).
-    hopeful = [
-        _hopeful(memory, _older_neighbours(memory.agent, memory, exclude=set()), rule)
-        for memory in memories
-    ]
+    by_agent: dict[int, list[Memory]] = {}
+    for memory in memories:
+        by_agent.setdefault(memory.agent_id, []).append(memory)
+    neighbours_of: dict[int, list[_Neighbour]] = {}
+    for agent_memories in by_agent.values():
+        lists = _older_neighbours_each(agent_memories[0].agent, agent_memories)
+        neighbours_of.update((m.pk, n) for m, n in zip(agent_memories, lists, strict=True))
+    hopeful = [_hopeful(memory, neighbours_of[memory.pk], rule) for memory in memories]
     judged = _by_content_each(list(zip(memories, hopeful, strict=True)))
     plans = [
         (memory, _rule_judgement(memory, neighbours, mode, rule))
