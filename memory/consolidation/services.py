@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -168,23 +169,22 @@ def _older_neighbours(agent: Agent, memory: Memory, exclude: set[int]) -> list[_
 def _older_neighbours_each(
     agent: Agent,
     memories: Sequence[Memory],
-    exclude: set[int] = frozenset(),  # type: ignore[assignment]
+    exclude: AbstractSet[int] = frozenset(),
 ) -> list[list[_Neighbour]]:
     """``_older_neighbours`` of several memories of the agent, their rows read in one query."""
     similarities = []
     for memory in memories:
         assert memory.embedding is not None
-        stored = memory.pk is not None  # judged after it was stored: it is its own nearest
         nearest = memories_nearest(
             agent=agent,
             vector=list(memory.embedding),
-            k=settings.CONSOLIDATION_NEIGHBOURS + stored,
+            k=settings.CONSOLIDATION_NEIGHBOURS,
+            # A memory not stored yet comes after every stored one of its start.
+            before=(memory.valid_from, memory.pk or NEWEST_ID),
         )
-        similarities.append(
-            {pk: 1.0 - d for pk, d in nearest if pk not in exclude and pk != memory.pk}
-        )
+        similarities.append({pk: 1.0 - d for pk, d in nearest if pk not in exclude})
     rows = Memory.objects.filter(pk__in={pk for found in similarities for pk in found}).only(
-        "id", "content", "role", "metadata", "speaker", "valid_from"
+        "id", "content", "role", "metadata", "speaker"
     )
     by_id = {row.pk: row for row in rows}
     return [
@@ -192,20 +192,16 @@ def _older_neighbours_each(
             (
                 _Neighbour(pk, row.content, round(cosine, 4), row.speaker_named)
                 for pk, cosine in found.items()
-                if (row := by_id.get(pk)) is not None and _began_before(row, memory)
+                if (row := by_id.get(pk)) is not None
             ),
             key=lambda n: -n.similarity,
         )
-        for memory, found in zip(memories, similarities, strict=True)
+        for found in similarities
     ]
 
 
-def _began_before(neighbour: Memory, memory: Memory) -> bool:
-    """Whether ``neighbour`` is older than ``memory``: it began earlier, or at the same time and
-    was stored before it (a memory not stored yet comes after every stored one)."""
-    if neighbour.valid_from != memory.valid_from:
-        return neighbour.valid_from < memory.valid_from
-    return memory.pk is None or neighbour.pk < memory.pk
+# Larger than any id: a memory not stored yet is newer than every stored one of its start.
+NEWEST_ID = 2**63 - 1
 
 
 def _by_content(memory: Memory, neighbours: list[_Neighbour]) -> list[_Neighbour]:

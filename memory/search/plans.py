@@ -154,6 +154,14 @@ LIVE_ROWS = """tenant_id = %(tenant)s AND agent_id = %(agent)s AND archived_at I
 ACTIVE_ROWS = LIVE_ROWS + CURRENTLY_VALID_SQL
 
 
-def nearest_sql(agent_memories: int) -> str:
-    """The SQL memories_nearest runs for an agent with this many memories."""
-    return nearest_rows_sql(ACTIVE_ROWS, semantic_plan(agent_memories), with_distance=True)
+# ... and that began before a memory (consolidation's neighbours): earlier, or at the same time
+# and stored before it. valid_from is in the sketch's covering index, so that plan stays
+# index-only.
+OLDER_ROWS = " AND (valid_from, id) < (%(before_from)s, %(before_id)s)"
+
+
+def nearest_sql(agent_memories: int, *, older: bool = False) -> str:
+    """The SQL memories_nearest runs for an agent with this many memories (``older``: only
+    rows older than %(before_from)s / %(before_id)s)."""
+    where = ACTIVE_ROWS + (OLDER_ROWS if older else "")
+    return nearest_rows_sql(where, semantic_plan(agent_memories), with_distance=True)

@@ -300,7 +300,12 @@ def agent_memory_count(agent: Agent) -> int:
 
 
 def memories_nearest(
-    *, agent: Agent, vector: Sequence[float], k: int, now: datetime | None = None
+    *,
+    agent: Agent,
+    vector: Sequence[float],
+    k: int,
+    now: datetime | None = None,
+    before: tuple[datetime, int] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``k`` active memories of the agent nearest to ``vector``: (id, cosine distance).
 
@@ -308,10 +313,11 @@ def memories_nearest(
     hundred ranked by exact distance (SemanticPlan.SKETCH). Otherwise the HNSW index serves it
     with pgvector's iterative scans (0.8+), so the agent, expiry and archive filters never
     starve the result: the index keeps scanning until it has ``k`` rows that pass them, in
-    exact distance order (``strict_order``).
+    exact distance order (``strict_order``). ``before``: only memories older than
+    (valid_from, id), so newer ones never crowd the older out of the ``k``.
     """
     moment = now or timezone.now()
-    sql = nearest_sql(agent_memory_count(agent))
+    sql = nearest_sql(agent_memory_count(agent), older=before is not None)
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         hnsw_scan_configure(cursor, ef_search=max(HNSW_EF_SEARCH, 2 * k))
         cursor.execute(
@@ -322,6 +328,8 @@ def memories_nearest(
                 "agent": agent.pk,
                 "now": moment,
                 "k": k,
+                "before_from": before[0] if before else None,
+                "before_id": before[1] if before else None,
             },
         )
         # A vector without a direction (an older install's, before the cleanup migration) has no

@@ -216,3 +216,16 @@ def test_a_batchs_contents_are_embedded_again_in_one_call(agent, settings, monke
     assert {EUR, GBP, MEETINGS} <= set(calls[0])
     assert len(calls[0]) == len(set(calls[0]))
     assert valid_until(EUR) == valid_until(MEETINGS) == JUNE
+
+
+@pytest.mark.django_db
+def test_newer_memories_never_crowd_the_older_neighbours_out(agent, settings):
+    settings.CONSOLIDATION_MODE = "apply"
+    settings.CONSOLIDATION_NEIGHBOURS = 1
+    batch(agent, (EUR, MAY), defer=False)
+    july = datetime(2026, 7, 1, 9, 0, tzinfo=JUNE.tzinfo)
+    gbp, _ = batch(agent, (GBP, JUNE), ("Now I prefer GBP for invoices!", july))
+
+    memories_consolidate(memory_ids=[gbp.pk], actor="x")  # the July one, nearer, is newer
+
+    assert Memory.objects.get(content=EUR).superseded_by == gbp.pk
