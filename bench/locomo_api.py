@@ -24,9 +24,10 @@ searches again while another client stores LoCoMo turns for another agent at N m
 process just before, so the ingest's share of it and the search latency under ingest print
 next to the quiet pass's. A Celery worker runs beside gunicorn as under ``make up`` (a batch's
 consolidation and the events' embeddings are its work); the searches start once it is idle, and
-the mixed pass prints when it became idle after the ingest. Metrics as in docs/retrieval-research.md (same evidence clean-up, printed
-below): R@1/5/10, MRR, nDCG@10, overall and per category; latency is the client's HTTP round trip
-(query embedding included), next to the server's own took_ms. Targets: R@10 >= 0.80, p95 <= 50 ms.
+the mixed pass prints when it became idle after the ingest. Metrics as in
+docs/retrieval-research.md (same evidence clean-up, printed below): R@1/5/10, MRR, nDCG@10,
+overall and per category; latency is the client's HTTP round trip (query embedding included),
+next to the server's own took_ms. Targets: R@10 >= 0.80, p95 <= 50 ms.
 """
 
 from __future__ import annotations
