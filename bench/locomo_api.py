@@ -192,7 +192,12 @@ class Ingest(threading.Thread):
         offset = 0
         next_at = started
         while not self.halt.is_set():
-            chunk = [self.items[(offset + k) % len(self.items)] for k in range(self.batch)]
+            # Each text once, never one the server embedded before: its vector cache holds
+            # the conversations stored for the searches, and a repeated text costs nothing.
+            chunk = [
+                ingest_copy(self.items[(offset + k) % len(self.items)], offset + k)
+                for k in range(self.batch)
+            ]
             offset += self.batch
             status, _, elapsed = self.api.post(
                 "/api/v1/memories/batch/", {"agent": self.agent, "memories": chunk}
@@ -207,13 +212,22 @@ class Ingest(threading.Thread):
         self.seconds = time.perf_counter() - started
 
 
+def ingest_copy(item: dict[str, Any], number: int) -> dict[str, Any]:
+    """The ingest's ``number``-th memory: a LoCoMo turn made a text of its own."""
+    return {**item, "content": f"{item['content']} (#{number})"}
+
+
 def raw_embedder_rate(items: list[dict[str, Any]], batch: int, count: int = 300) -> float:
-    """Memories/s of the service's embedder alone on the texts the store embeds, in batches
-    of ``batch`` (what the ingest's requests carry)."""
+    """Memories/s of the service's embedder alone on texts like the ingest's, in batches of
+    ``batch`` (what the ingest's requests carry). The backend itself, not ``embed_texts``:
+    its cache would answer texts seen before for free."""
     from datetime import datetime
 
-    from memory.embeddings.backends import embed_texts
+    from memory.embeddings.backends import embedder
     from memory.episodic.services import memory_embedding_text
+
+    embed_texts = embedder().embed
+    items = [ingest_copy(item, -1 - number) for number, item in enumerate(items)]
 
     texts = [
         memory_embedding_text(
