@@ -3,6 +3,7 @@ into SQL that search, lists and bulk operations all run on real PostgreSQL."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -291,6 +292,32 @@ def test_the_exact_path_switched_off_stays_off(monkeypatch):
     monkeypatch.setattr(legs, "FILTERED_EXACT_MAX_ROWS", 0)
 
     assert legs.filtered_exact_max_rows(1_100_000, 50) == 0
+
+
+def test_the_columns_filters_read_stay_in_the_row_beside_its_vector(memories):
+    """A metadata or tags filter checks again in the heap each row its GIN index names; a value
+    moved out of line cost a TOAST lookup per condition per row. With the vector taking most of
+    the row, the toaster moves the content out of line instead (migration memory 0020)."""
+    memory = memories["slack deploy"]
+    # Hex digits: pglz finds no repeats to shorten, so only moving a value out makes room.
+    hexes = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(20)]
+    Memory.objects.filter(pk=memory.pk).update(
+        content=" ".join(hexes * 4),
+        embedding=[1.0] + [0.0] * 383,
+        metadata={f"key{i}": value for i, value in enumerate(hexes[:8])},
+        tags=[value[:24] for value in hexes[8:]],
+    )
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_column_toast_chunk_id(metadata), pg_column_toast_chunk_id(tags),"
+            " pg_column_toast_chunk_id(content) FROM memory_memory WHERE id = %s",
+            [memory.pk],
+        )
+        metadata, tags, content = cursor.fetchone()
+
+    assert (metadata, tags) == (None, None)
+    assert content is not None  # the row was over the TOAST target: something had to go
 
 
 def test_the_planner_estimates_a_filters_rows_among_the_agents(agent, no_embedder):
