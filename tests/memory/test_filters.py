@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from config.api import ApiError
@@ -277,6 +277,34 @@ def test_a_large_agents_filtered_search_finds_the_filters_rows_exactly_or_by_the
     )
 
     assert {hit.content for hit in outcome.hits} == {"slack deploy"}
+
+
+def test_a_large_agents_filtered_search_starts_no_parallel_workers(agent, memories, monkeypatch):
+    """The index branch of a filtered leg, gated off when the filter keeps few rows, was planned
+    as a parallel scan: every search started two workers that found nothing to do (two thirds
+    of the database part at a load of 4, bench/memory_scale.py). A search reads a few thousand
+    rows at most."""
+    monkeypatch.setattr(plans, "EXACT_SCAN_MAX_MEMORIES", 0)
+    sql, params = legs.memory_candidates_query(
+        agent=agent,
+        query="zzz",
+        vector=[1.0] + [0.0] * 383,
+        filters=filter_parse({"metadata": {"source": {"in": ["slack", "doc"]}}}),
+        now=timezone.now(),
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Free workers: what makes the planner reach for them even on a table of five rows.
+        for setting in (
+            "parallel_setup_cost",
+            "parallel_tuple_cost",
+            "min_parallel_table_scan_size",
+        ):
+            cursor.execute("SELECT set_config(%s, '0', true)", [setting])
+        plans.hnsw_scan_configure(cursor, ef_search=params["ef_search"], order="relaxed_order")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(str(row[0]) for row in cursor.fetchall())
+
+    assert "Gather" not in plan
 
 
 def test_the_exact_paths_bound_grows_with_the_table_where_both_paths_read_alike():
