@@ -103,6 +103,7 @@ COPY_COLUMNS = (
     "expires_at",
     "retrieval_count",
     "search_length",
+    "speaker",
 )
 COPY_TYPES = (
     "int8",
@@ -124,6 +125,7 @@ COPY_TYPES = (
     "timestamptz",
     "int4",
     "int4",
+    "varchar",
 )
 
 
@@ -306,6 +308,8 @@ def copy_rows(
                     expires,
                     0,
                     0,
+                    # Blank, as for a client that names the speaker in the metadata.
+                    "",
                 )
             )
         started = time.perf_counter()

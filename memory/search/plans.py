@@ -37,14 +37,20 @@ def hnsw_scan_configure(cursor: Any, *, ef_search: int, order: str = "strict_ord
     """Session settings for an HNSW scan inside the current transaction: iterative scans, so
     filters that remove most rows never starve the result (the index scans on until it has the
     rows asked for; ``strict_order`` returns them in exact distance order, ``relaxed_order``
-    nearly so, finding more of the true neighbours), and the candidate list.
+    nearly so, finding more of the true neighbours), the candidate list, and no parallel
+    workers: a vector read returns a few hundred rows from at most a few thousand, and the
+    gated index branch of a filtered leg (memory.search.legs.FILTERED_NEAREST), planned as a
+    parallel scan when the filter is expected to keep few rows, started two workers for every
+    search that then found their gate shut (26-34 ms against 9-13 ms without them, 300,000
+    memories, load 4).
 
     Callers open ``transaction.atomic(savepoint=False)``: ``set_config(..., true)`` lasts to the
     end of the transaction whether or not a savepoint is released, so inside the request's
     transaction a savepoint would only cost two more statements per leg of a search."""
     cursor.execute(
         "SELECT set_config('hnsw.iterative_scan', %s, true),"
-        " set_config('hnsw.ef_search', %s, true)",
+        " set_config('hnsw.ef_search', %s, true),"
+        " set_config('max_parallel_workers_per_gather', '0', true)",
         [order, str(ef_search)],
     )
 

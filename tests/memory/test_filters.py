@@ -3,12 +3,13 @@ into SQL that search, lists and bulk operations all run on real PostgreSQL."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from config.api import ApiError
@@ -278,6 +279,34 @@ def test_a_large_agents_filtered_search_finds_the_filters_rows_exactly_or_by_the
     assert {hit.content for hit in outcome.hits} == {"slack deploy"}
 
 
+def test_a_large_agents_filtered_search_starts_no_parallel_workers(agent, memories, monkeypatch):
+    """The index branch of a filtered leg, gated off when the filter keeps few rows, was planned
+    as a parallel scan: every search started two workers that found nothing to do (two thirds
+    of the database part at a load of 4, bench/memory_scale.py). A search reads a few thousand
+    rows at most."""
+    monkeypatch.setattr(plans, "EXACT_SCAN_MAX_MEMORIES", 0)
+    sql, params = legs.memory_candidates_query(
+        agent=agent,
+        query="zzz",
+        vector=[1.0] + [0.0] * 383,
+        filters=filter_parse({"metadata": {"source": {"in": ["slack", "doc"]}}}),
+        now=timezone.now(),
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Free workers: what makes the planner reach for them even on a table of five rows.
+        for setting in (
+            "parallel_setup_cost",
+            "parallel_tuple_cost",
+            "min_parallel_table_scan_size",
+        ):
+            cursor.execute("SELECT set_config(%s, '0', true)", [setting])
+        plans.hnsw_scan_configure(cursor, ef_search=params["ef_search"], order="relaxed_order")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(str(row[0]) for row in cursor.fetchall())
+
+    assert "Gather" not in plan
+
+
 def test_the_exact_paths_bound_grows_with_the_table_where_both_paths_read_alike():
     # sqrt(rows asked for * rows in the graph): the exact path reads M rows, the index about
     # dense_k * N / M of them.
@@ -291,6 +320,32 @@ def test_the_exact_path_switched_off_stays_off(monkeypatch):
     monkeypatch.setattr(legs, "FILTERED_EXACT_MAX_ROWS", 0)
 
     assert legs.filtered_exact_max_rows(1_100_000, 50) == 0
+
+
+def test_the_columns_filters_read_stay_in_the_row_beside_its_vector(memories):
+    """A metadata or tags filter checks again in the heap each row its GIN index names; a value
+    moved out of line cost a TOAST lookup per condition per row. With the vector taking most of
+    the row, the toaster moves the content out of line instead (migration memory 0020)."""
+    memory = memories["slack deploy"]
+    # Hex digits: pglz finds no repeats to shorten, so only moving a value out makes room.
+    hexes = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(20)]
+    Memory.objects.filter(pk=memory.pk).update(
+        content=" ".join(hexes * 4),
+        embedding=[1.0] + [0.0] * 383,
+        metadata={f"key{i}": value for i, value in enumerate(hexes[:8])},
+        tags=[value[:24] for value in hexes[8:]],
+    )
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_column_toast_chunk_id(metadata), pg_column_toast_chunk_id(tags),"
+            " pg_column_toast_chunk_id(content) FROM memory_memory WHERE id = %s",
+            [memory.pk],
+        )
+        metadata, tags, content = cursor.fetchone()
+
+    assert (metadata, tags) == (None, None)
+    assert content is not None  # the row was over the TOAST target: something had to go
 
 
 def test_the_planner_estimates_a_filters_rows_among_the_agents(agent, no_embedder):
