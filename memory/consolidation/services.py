@@ -1,12 +1,14 @@
 """Supersession: a memory that states the same thing about the same subject as older ones
 closes their validity (``valid_until``) and names itself their successor (``superseded_by``),
-each change a ``memory.superseded`` event in the transaction of the write that caused it.
+each change a ``memory.superseded`` event in the transaction of the write that caused it (or,
+for a batch judged after its store, of the Celery task that judged it).
 
 A store (``memory.episodic.services.memories_store``) asks ``consolidation_plan`` before it
 takes the tenant's lock (the nearest neighbours and, when configured, the model are read
 outside it) and ``supersessions_apply`` inside it. Explicit ids (``supersedes``) are applied in
 every mode; the rule's or the model's proposals only under ``CONSOLIDATION_MODE=apply``.
-``memories_supersede`` marks supersession after the fact.
+``memories_supersede`` marks supersession after the fact. A batch stored with its
+consolidation deferred is judged by ``memories_consolidate`` in a Celery task after the commit.
 """
 
 from __future__ import annotations
