@@ -4,7 +4,8 @@
   "use strict";
 
   var KEYS = { j: "next", n: "next", k: "previous", p: "previous", c: "confirm", r: "regret" };
-  var focusKey = null;
+  // Set while a key's action clicks its control (htmx issues the request within the click).
+  var byKey = false;
 
   function typing(target) {
     return target.closest && target.closest("input, textarea, select, [contenteditable]");
@@ -42,20 +43,27 @@
         return;
       }
     }
-    focusKey = null; // a key, not a control: the new override's heading takes the focus
     // htmx wires up swapped-in content when it settles; a key pressed before that would post
     // the form without htmx (a whole page load). Wiring it now is harmless if already done.
     if (window.htmx) {
       window.htmx.process(item);
     }
-    control.click();
+    byKey = true; // a key, not a control: the new override's heading takes the focus
+    try {
+      control.click();
+    } finally {
+      byKey = false;
+    }
   });
 
   // Which control the reviewer was on when the request left: the same one in the next override
   // gets the focus back (Tab, Enter on "Confirm", and the next Enter confirms the next one).
-  document.addEventListener("htmx:beforeRequest", function () {
+  // Kept on the request itself: a swap that settles late (the one before) must not take the
+  // place of the next request's control.
+  document.addEventListener("htmx:beforeRequest", function (event) {
     var active = document.activeElement;
-    focusKey = (active && active.dataset && active.dataset.focusKey) || null;
+    event.detail.xhr.reviewFocusKey =
+      (!byKey && active && active.dataset && active.dataset.focusKey) || null;
   });
 
   document.addEventListener("htmx:afterSettle", function (event) {
@@ -63,10 +71,10 @@
     if (!item || event.detail.target !== item) {
       return;
     }
+    var focusKey = event.detail.xhr && event.detail.xhr.reviewFocusKey;
     var again = focusKey && item.querySelector('[data-focus-key="' + focusKey + '"]');
     var heading = document.getElementById("review-item-heading");
     (again || heading).focus();
-    focusKey = null;
   });
 
   // The list's "select all on this page" box ticks every waiting row's box.
