@@ -226,8 +226,8 @@ def raw_embedder_rate(items: list[dict[str, Any]], batch: int, count: int = 300)
     from memory.embeddings.backends import embedder
     from memory.episodic.services import memory_embedding_text
 
-    embed_texts = embedder().embed
-    items = [ingest_copy(item, -1 - number) for number, item in enumerate(items)]
+    embed = embedder().embed
+    items = [ingest_copy(item, -1 - number) for number, item in enumerate(items[:count])]
 
     texts = [
         memory_embedding_text(
@@ -236,12 +236,12 @@ def raw_embedder_rate(items: list[dict[str, Any]], batch: int, count: int = 300)
             metadata=item["metadata"],
             when=datetime.fromisoformat(item["occurred_at"]),
         )
-        for item in items[:count]
+        for item in items
     ]
-    embed_texts(texts[:batch])  # warm
+    embed(texts[:batch])  # warm
     started = time.perf_counter()
     for offset in range(0, len(texts), batch):
-        embed_texts(texts[offset : offset + batch])
+        embed(texts[offset : offset + batch])
     return len(texts) / (time.perf_counter() - started)
 
 

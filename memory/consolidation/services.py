@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from django.conf import settings
@@ -493,19 +494,22 @@ def memories_consolidate(*, memory_ids: Sequence[int], actor: str) -> int:
                 len(supersessions_apply(memory=memory, plan=plan, actor=actor, now=now).supersedes)
                 for memory, plan in found
             )
-        by_tenant: dict[int, list[EventDraft]] = {}
-        for memory, plan in found:
-            by_tenant.setdefault(memory.tenant_id, []).append(
-                EventDraft(
-                    kind=PROPOSED,
-                    actor=actor,
-                    payload=_proposed_payload(memory, plan.candidates),
-                )
+        # By tenant, in ascending id order (the order tenant locks are taken in).
+        for _, group in groupby(
+            sorted(found, key=lambda f: f[0].tenant_id), lambda f: f[0].tenant_id
+        ):
+            proposals = list(group)
+            tenant = proposals[0][0].tenant
+            tenant_write_lock(tenant)
+            events_append(
+                tenant=tenant,
+                drafts=[
+                    EventDraft(
+                        kind=PROPOSED, actor=actor, payload=_proposed_payload(m, p.candidates)
+                    )
+                    for m, p in proposals
+                ],
             )
-        tenants = {memory.tenant_id: memory.tenant for memory, _ in found}
-        for tenant_id, drafts in sorted(by_tenant.items()):
-            tenant_write_lock(tenants[tenant_id])
-            events_append(tenant=tenants[tenant_id], drafts=drafts)
     return len(found)
 
 
