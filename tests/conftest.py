@@ -5,6 +5,7 @@ REDIS_URL), started once per run under var/test and stopped at the end if this r
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import OperationalError
 from django.test import Client
+from psycopg.errors import DeadlockDetected
 from rest_framework.test import APIClient
 
 from config import database, embedded, embedded_redis
@@ -75,6 +78,22 @@ def django_db_setup(
         yield
 
 
+FLUSH_ATTEMPTS = 3
+WORKER_IDLE_WAIT_SECONDS = 30.0
+
+
+def _worker_wait_idle() -> None:
+    """Wait until the in-process Celery worker (``celery_worker``, once a test has started it)
+    runs no task: a task still writing rows of a transactional test would deadlock with the
+    TRUNCATE that empties the tables after it (seen in CI: an event-embedding task queued by the
+    test's last commit against the flush)."""
+    from celery.worker import state
+
+    deadline = time.monotonic() + WORKER_IDLE_WAIT_SECONDS
+    while state.active_requests and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _flush_as_owner() -> Iterator[None]:
     """Django empties the tables after a transactional test with TRUNCATE, which the service's
@@ -86,15 +105,29 @@ def _flush_as_owner() -> Iterator[None]:
 
     def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
         alias = self.connection.alias
-        with (
-            database.database_as_owner(alias),
-            transaction.atomic(using=alias),
-            self.connection.cursor() as cursor,
-        ):
-            cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate")
-            for statement in sql_list:
-                cursor.execute(statement)
-            cursor.execute("ALTER TABLE ledger_event ENABLE TRIGGER ledger_event_no_truncate")
+        for attempt in range(FLUSH_ATTEMPTS):
+            _worker_wait_idle()
+            try:
+                with (
+                    database.database_as_owner(alias),
+                    transaction.atomic(using=alias),
+                    self.connection.cursor() as cursor,
+                ):
+                    cursor.execute(
+                        "ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate"
+                    )
+                    for statement in sql_list:
+                        cursor.execute(statement)
+                    cursor.execute(
+                        "ALTER TABLE ledger_event ENABLE TRIGGER ledger_event_no_truncate"
+                    )
+                return
+            except OperationalError as exc:
+                # A task the worker picked up after the wait (the test's last commits queue
+                # them) locks the tables it writes in its own order; PostgreSQL breaks the
+                # deadlock by failing one side, and when it is the flush, the flush goes again.
+                if not isinstance(exc.__cause__, DeadlockDetected) or attempt + 1 == FLUSH_ATTEMPTS:
+                    raise
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)

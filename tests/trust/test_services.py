@@ -235,6 +235,10 @@ def test_depth_adds_length_citations_and_novelty(agent, rubric, dissent_embedder
     same = dissent_log(agent=agent, text=FIFTY_WORDS, actor="o")
     new = dissent_log(agent=agent, text="entirely different complaint here", actor="o")
 
+    # Known novelty first: a failure here says the stand-in embedder was not reached, not that
+    # the arithmetic is wrong.
+    assert [d.novelty_known for d in (first, same, new)] == [True, True, True]
+    assert DissentEmbedding.objects.filter(agent=agent).count() == 3
     # The first has no previous dissent: novelty 0 (the design note's rule).
     assert (first.length_score, first.citation_score, first.novelty) == pytest.approx(
         (1.0, 0.2, 0.0)
@@ -268,6 +272,7 @@ def test_novelty_is_1_minus_a_negative_cosine(agent, dissent_embedder, cosine, n
 
     dissent = dissent_log(agent=agent, text=text, actor="o")
 
+    assert (earlier.novelty_known, dissent.novelty_known) == (True, True)
     assert dissent.novelty == pytest.approx(novelty, abs=1e-5)
     assert dissent.depth_score == pytest.approx(depth, abs=1e-5)
     logged = Event.objects.filter(kind="dissent.logged").order_by("-seq").first()
