@@ -6,6 +6,7 @@ and the token savings' daily sums derived from them.
 
 from __future__ import annotations
 
+from memory.consolidation.models import MemoryContentEmbedding
 from memory.content.models import (
     ContentAttachment,
     ContentFormat,
@@ -40,6 +41,7 @@ __all__ = [
     "KnowledgeKey",
     "KnowledgeKind",
     "Memory",
+    "MemoryContentEmbedding",
     "MemoryKey",
     "MemoryQuerySet",
     "MemoryRole",

@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import groupby
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from config.api import ApiError
@@ -32,8 +32,9 @@ from ledger.models import Agent
 from ledger.services import EventDraft, events_append, tenant_write_lock
 from memory.consolidation.model import model_decide
 from memory.consolidation.rules import RuleSettings, rule_verdict
-from memory.embeddings.backends import EmbeddingUnavailable, embed_texts
-from memory.models import Memory
+from memory.embeddings.backends import EmbeddingUnavailable, embed_texts, embedder_name
+from memory.episodic.policies import content_hash
+from memory.models import Memory, MemoryContentEmbedding
 from memory.search.selectors import memories_nearest
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class Consolidation:
     decided_by: str = ""
     candidates: tuple[SupersessionCandidate, ...] = ()
     model_error: str = ""
+    # The new memory's content vector when the rule needed it, for the store to keep
+    # (``content_embeddings_keep``) once the memory has its id. Not part of any answer.
+    content_vector: list[float] | None = field(default=None, repr=False, compare=False)
 
     @property
     def supersedes(self) -> list[int]:
@@ -207,44 +211,126 @@ def _older_neighbours_each(
 NEWEST_ID = 2**63 - 1
 
 
-def _by_content(memory: Memory, neighbours: list[_Neighbour]) -> list[_Neighbour]:
+def _by_content(memory: Memory, neighbours: list[_Neighbour]) -> _ByContent:
     """The neighbours with their cosine to ``memory`` by content alone.
 
     The stored vectors embed "[date] speaker: content" (what search ranks best by), so two
     statements of one fact months apart look less alike than the same two a day apart; whether
-    one replaces the other is a question about their content. So these few are embedded again
-    without the date, in one call; with the embedder down the stored vectors' cosine serves.
+    one replaces the other is a question about their content. So these few are compared by
+    their content vectors (``MemoryContentEmbedding``, embedded in one call where missing);
+    with the embedder down the stored vectors' cosine serves.
     """
     return _by_content_each([(memory, neighbours)])[0]
 
 
-def _by_content_each(
-    judged: Sequence[tuple[Memory, list[_Neighbour]]],
-) -> list[list[_Neighbour]]:
-    """``_by_content`` for several memories, every text embedded in one call (the embedder
-    runs a call's texts in length-sorted pieces: twice the texts per second of one memory's
-    few, docs/embeddings.md)."""
-    texts = list(
-        dict.fromkeys(
-            text
-            for memory, neighbours in judged
-            if neighbours
-            for text in (memory.content, *(n.content for n in neighbours))
-        )
-    )
-    if not texts:
-        return [neighbours for _, neighbours in judged]
+@dataclass(frozen=True)
+class _ByContent:
+    neighbours: list[_Neighbour]
+    # The judged memory's own content vector, when it was needed (a memory with neighbours).
+    content_vector: list[float] | None = None
+
+
+def _by_content_each(judged: Sequence[tuple[Memory, list[_Neighbour]]]) -> list[_ByContent]:
+    """``_by_content`` for several memories: the content vectors kept for the stored ones are
+    read in one query, and every other text embedded in one call (the embedder runs a call's
+    texts in length-sorted pieces: twice the texts per second of one memory's few,
+    docs/embeddings.md) and kept for next time."""
+    compared = [(memory, neighbours) for memory, neighbours in judged if neighbours]
+    if not compared:
+        return [_ByContent(neighbours) for _, neighbours in judged]
+    contents = {n.id: n.content for _, neighbours in compared for n in neighbours}
+    contents.update((m.pk, m.content) for m, _ in compared if m.pk is not None)
     try:
-        vector = dict(zip(texts, embed_texts(texts), strict=True))
+        model = embedder_name()
+        kept = content_embeddings_kept(contents, model=model)
+        texts = list(
+            dict.fromkeys(
+                text
+                for memory, neighbours in compared
+                for pk, text in [
+                    (memory.pk, memory.content),
+                    *((n.id, n.content) for n in neighbours),
+                ]
+                if pk is None or pk not in kept
+            )
+        )
+        embedded = dict(zip(texts, embed_texts(texts), strict=True)) if texts else {}
     except EmbeddingUnavailable:
-        return [neighbours for _, neighbours in judged]
-    return [
-        [
-            replace(n, similarity=round(_dot(vector[memory.content], vector[n.content]), 4))
+        return [_ByContent(neighbours) for _, neighbours in judged]
+    content_embeddings_keep(
+        {pk: (content, embedded[content]) for pk, content in contents.items() if pk not in kept},
+        model=model,
+    )
+
+    def vector_of(pk: int | None, content: str) -> list[float]:
+        return kept[pk] if pk is not None and pk in kept else embedded[content]
+
+    answers = []
+    for memory, neighbours in judged:
+        if not neighbours:
+            answers.append(_ByContent(neighbours))
+            continue
+        own = vector_of(memory.pk, memory.content)
+        by_content = [
+            replace(n, similarity=round(_dot(own, vector_of(n.id, n.content)), 4))
             for n in neighbours
         ]
-        for memory, neighbours in judged
+        answers.append(_ByContent(by_content, own))
+    return answers
+
+
+def content_embeddings_kept(contents: dict[int, str], *, model: str) -> dict[int, list[float]]:
+    """The kept content vectors of these memories (id: content) that ``model`` made from the
+    content they hold now."""
+    rows = MemoryContentEmbedding.objects.filter(
+        memory_id__in=list(contents), model=model
+    ).values_list("memory_id", "content_hash", "embedding")
+    return {
+        pk: [float(value) for value in vector]
+        for pk, digest, vector in rows
+        if digest == content_hash(contents[pk])
+    }
+
+
+def content_embeddings_keep_planned(stored: Sequence[tuple[Memory, Consolidation]]) -> None:
+    """Keep the content vectors that the plans of memories just stored computed: they had no id
+    when their neighbours were judged."""
+    vectors = {
+        memory.pk: (memory.content, plan.content_vector)
+        for memory, plan in stored
+        if plan.content_vector is not None
+    }
+    if vectors:
+        content_embeddings_keep(vectors, model=embedder_name())
+
+
+def content_embeddings_keep(vectors: dict[int, tuple[str, list[float]]], *, model: str) -> None:
+    """Keep content vectors (id: (content, vector)) of stored memories, replacing older ones.
+    Derived data: a memory deleted meanwhile just gets none."""
+    if not vectors:
+        return
+    tenant_of = dict(Memory.objects.filter(pk__in=list(vectors)).values_list("pk", "tenant_id"))
+    rows = [
+        MemoryContentEmbedding(
+            memory_id=pk,
+            tenant_id=tenant_of[pk],
+            content_hash=content_hash(content),
+            model=model,
+            embedding=vector,
+        )
+        for pk, (content, vector) in sorted(vectors.items())  # one lock order for every writer
+        if pk in tenant_of
     ]
+    try:
+        with transaction.atomic():
+            MemoryContentEmbedding.objects.bulk_create(
+                rows,
+                update_conflicts=True,
+                unique_fields=["memory"],
+                update_fields=["content_hash", "model", "embedding"],
+            )
+    except IntegrityError:  # a memory deleted between the read and the insert
+        logger.info("content vectors of %d memories not kept: one was deleted", len(rows))
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
@@ -293,7 +379,9 @@ def _hopeful(memory: Memory, neighbours: list[_Neighbour], rule: RuleSettings) -
 
 def _rule_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Consolidation:
     rule = _rule_settings()
-    return _rule_judgement(memory, _by_content(memory, _hopeful(memory, neighbours, rule)), mode)
+    compared = _by_content(memory, _hopeful(memory, neighbours, rule))
+    plan = _rule_judgement(memory, compared.neighbours, mode)
+    return replace(plan, content_vector=compared.content_vector)
 
 
 def _rule_judgement(
@@ -328,7 +416,7 @@ def _rule_judgement(
 def _model_plan(memory: Memory, neighbours: list[_Neighbour], mode: str) -> Consolidation | None:
     shown = [
         n
-        for n in _by_content(memory, neighbours)
+        for n in _by_content(memory, neighbours).neighbours
         if n.similarity >= settings.CONSOLIDATION_LLM_MIN_SIMILARITY
     ]
     if not shown:
@@ -479,8 +567,8 @@ def memories_consolidate(*, memory_ids: Sequence[int], actor: str) -> int:
     hopeful = [_hopeful(memory, neighbours_of[memory.pk], rule) for memory in memories]
     judged = _by_content_each(list(zip(memories, hopeful, strict=True)))
     plans = [
-        (memory, _rule_judgement(memory, neighbours, mode, rule))
-        for memory, neighbours in zip(memories, judged, strict=True)
+        (memory, _rule_judgement(memory, compared.neighbours, mode, rule))
+        for memory, compared in zip(memories, judged, strict=True)
     ]
     found = [(memory, plan) for memory, plan in plans if plan.candidates]
     if not found:

@@ -29,6 +29,7 @@ from memory.consolidation.services import (
     PROPOSED,
     SUPERSEDED,
     consolidation_plan,
+    content_embeddings_keep_planned,
     supersedes_check,
     supersessions_apply,
 )
@@ -336,6 +337,7 @@ def memories_store(
             memory.consolidation = supersessions_apply(
                 memory=memory, plan=plan, actor=actor, now=now
             )
+        content_embeddings_keep_planned(list(zip(stored, plans, strict=True)))
         if any(plan.decision == DEFERRED for plan in plans):
             ids = [memory.pk for memory in stored]
             transaction.on_commit(partial(_consolidation_publish, ids, actor), robust=True)

@@ -389,3 +389,91 @@ def test_neighbours_that_cannot_reach_the_threshold_are_not_embedded_again(
     consolidation._rule_plan(new, [neighbour], "propose")
 
     assert embedded == ([[GBP, EUR]] if embedded_again else [])
+
+
+@pytest.fixture
+def embedded(monkeypatch):
+    """Every text consolidation sends to the embedder, one list per call."""
+    from memory.consolidation import services as consolidation
+
+    calls: list[list[str]] = []
+
+    def recorded(texts: list[str]) -> list[list[float]]:
+        calls.append(list(texts))
+        return embed_texts(texts)
+
+    monkeypatch.setattr(consolidation, "embed_texts", recorded)
+    return calls
+
+
+def test_content_vectors_are_kept_so_a_neighbour_is_embedded_once(agent, embedded):
+    from memory.models import MemoryContentEmbedding
+
+    eur = store(agent, EUR, MAY)
+    gbp = store(agent, GBP, JUNE)
+    assert embedded == [[GBP, EUR]]
+    assert set(MemoryContentEmbedding.objects.values_list("memory_id", flat=True)) == {
+        eur.pk,
+        gbp.pk,
+    }
+
+    chf = store(agent, "Now I prefer CHF for invoices.", JUNE + timedelta(days=1))
+
+    # Both older facts come from their kept vectors; only the new content is embedded.
+    assert embedded[1] == [chf.content]
+    assert chf.consolidation is not None
+    assert {c.id for c in chf.consolidation.candidates} >= {gbp.pk}
+    by_id = {c.id: c.similarity for c in chf.consolidation.candidates}
+    fresh = embed_texts([chf.content, GBP])
+    assert by_id[gbp.pk] == pytest.approx(sum(a * b for a, b in zip(*fresh, strict=True)), abs=1e-3)
+
+
+def test_a_kept_vector_of_content_that_changed_is_not_used(agent, embedded):
+    from memory.episodic.services import memory_update
+    from memory.models import MemoryContentEmbedding
+
+    eur = store(agent, EUR, MAY)
+    store(agent, GBP, JUNE)
+    memory_update(memory=eur, actor="x", changes={"content": "I prefer invoices in USD."})
+
+    store(agent, "Now I prefer CHF for invoices.", JUNE + timedelta(days=1))
+
+    assert "I prefer invoices in USD." in embedded[-1]
+    kept = MemoryContentEmbedding.objects.get(memory_id=eur.pk)
+    assert kept.content_hash == Memory.objects.get(pk=eur.pk).content_hash
+
+
+def test_a_deleted_memory_takes_its_content_vector_with_it(agent, embedded):
+    from memory.episodic.services import memory_delete
+    from memory.models import MemoryContentEmbedding
+
+    eur = store(agent, EUR, MAY)
+    store(agent, GBP, JUNE)
+    assert MemoryContentEmbedding.objects.filter(memory_id=eur.pk).exists()
+
+    memory_delete(memory=eur, actor="x")
+
+    assert not MemoryContentEmbedding.objects.filter(memory_id=eur.pk).exists()
+
+
+def test_a_batch_judged_later_keeps_its_content_vectors(agent, embedded, settings):
+    from memory.consolidation.services import memories_consolidate
+    from memory.models import MemoryContentEmbedding
+
+    eur = store(agent, EUR, MAY)
+    batch = memories_store(
+        agent=agent,
+        drafts=[
+            MemoryDraft(content=GBP, occurred_at=JUNE),
+            MemoryDraft(content=MEETINGS, occurred_at=JUNE),
+        ],
+        actor="x",
+        defer_consolidation=True,
+    )
+
+    memories_consolidate(memory_ids=[m.pk for m in batch], actor="x")
+    memories_consolidate(memory_ids=[m.pk for m in batch], actor="x")
+
+    assert MemoryContentEmbedding.objects.filter(memory_id__in=[eur.pk, batch[0].pk]).count() == 2
+    # The second judgement read every vector it needed.
+    assert len(embedded) == 1

@@ -1,0 +1,33 @@
+"""Consolidation's table: each memory's vector of its content alone."""
+
+from __future__ import annotations
+
+from django.db import models
+from pgvector.django import VectorField
+
+from ledger.models import Tenant
+from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
+from memory.episodic.models import Memory
+
+
+class MemoryContentEmbedding(models.Model):
+    """The vector of a memory's content without the "[date] speaker:" frame its search vector
+    carries: whether a new memory replaces an older one is a question about their content
+    (``memory.consolidation.services``), and without this row each store embedded every
+    hopeful neighbour's content again.
+
+    Derived data, written the first time consolidation embeds a content: used only while the
+    memory's ``content_hash`` and the embedder are the ones it was made from, gone with its
+    memory (deletion cascades), safe to drop.
+    """
+
+    memory = models.OneToOneField(
+        Memory, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    content_hash = models.CharField(max_length=64)
+    model = models.CharField(max_length=200)
+    embedding = VectorField(dimensions=LOCAL_DIMENSIONS)
+
+    def __str__(self) -> str:
+        return f"content embedding of memory {self.memory_id}"
