@@ -280,6 +280,49 @@ def test_novelty_is_1_minus_a_negative_cosine(agent, dissent_embedder, cosine, n
     assert logged.payload["depth"]["novelty"] == dissent.novelty
 
 
+@pytest.fixture
+def starved_index():
+    """An HNSW scan that gives up after one tuple and is always chosen: what a crowded graph of
+    dead and other agents' vectors does to an agent's few rows."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET hnsw.max_scan_tuples = 1")
+        cursor.execute("SET enable_sort = off")
+        cursor.execute("SET enable_seqscan = off")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("RESET hnsw.max_scan_tuples; RESET enable_sort; RESET enable_seqscan")
+
+
+@pytest.mark.parametrize(("exact_max", "novelty"), [(1000, 1.5), (0, 0.0)], ids=["exact", "index"])
+def test_an_agents_few_dissents_are_compared_exactly_however_the_index_is_crowded(
+    tenant, agent, make_agent, dissent_embedder, starved_index, monkeypatch, exact_max, novelty
+):
+    from trust.rounds import selectors
+
+    monkeypatch.setattr(selectors, "NOVELTY_EXACT_MAX_DISSENTS", exact_max)
+    text = "entirely different complaint here"
+    earlier = dissent_log(agent=agent, text="an earlier objection", actor="o")
+    vector = hashed_bag_of_words(text, DIMENSIONS)
+    DissentEmbedding.objects.filter(dissent_id=earlier.pk).update(
+        embedding=_vector_at_cosine(vector, -0.5)
+    )
+    crowd = make_agent(tenant, name="Crowd")
+    DissentEmbedding.objects.bulk_create(
+        DissentEmbedding(
+            tenant=tenant, dissent_id=10**9 + i, agent=crowd, embedding=vector, model="m"
+        )
+        for i in range(300)
+    )
+
+    dissent = dissent_log(agent=agent, text=text, actor="o")
+
+    # Exact: the agent's one earlier dissent is found. Through the starved index it is not,
+    # which is what novelty 0 for a dissent unlike any before looked like.
+    assert dissent.novelty == pytest.approx(novelty, abs=1e-5)
+
+
 def test_a_dissent_logged_while_the_embedder_is_down_has_unknown_novelty_and_is_backfilled(
     agent, settings, embedder_down
 ):

@@ -42,25 +42,56 @@ def agents_named(*, tenant: Tenant, names: Sequence[str]) -> dict[str, Agent]:
     return agents
 
 
+# An agent with at most this many dissents is compared with each of them, without the HNSW
+# index: the index is approximate, one graph over every agent's vectors, and it can miss an
+# agent's only row (its neighbours dead or another agent's, the scan stopping at
+# hnsw.max_scan_tuples), which read as "no earlier dissent", novelty 0. Reading 1,000 rows by
+# the agent's index costs about what the index scan does.
+NOVELTY_EXACT_MAX_DISSENTS = 1000
+
+# One statement: the bounded read decides, and each branch's one-time gate keeps the other from
+# running (as memory.search.legs.FILTERED_NEAREST does).
+NOVELTY_SQL = """
+WITH few AS MATERIALIZED (
+    SELECT embedding FROM trust_dissentembedding
+    WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
+    LIMIT %(exact_max)s + 1
+)
+SELECT max(similarity) AS similarity FROM (
+    SELECT {exact_similarity} AS similarity FROM few
+    WHERE (SELECT count(*) FROM few) <= %(exact_max)s
+    UNION ALL
+    (SELECT {similarity} AS similarity FROM trust_dissentembedding
+     WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
+       AND (SELECT count(*) FROM few) > %(exact_max)s
+     ORDER BY embedding <=> %(vector)s::vector
+     LIMIT 1)
+) AS nearest
+"""
+
+
 def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | None:
     """The highest cosine similarity of ``vector`` to the agent's earlier dissents, or None.
 
-    The nearest neighbour comes from the HNSW index with iterative scans, so the agent filter
-    cannot starve it however many other agents' dissents share the index.
+    Exact for an agent with up to ``NOVELTY_EXACT_MAX_DISSENTS``; past that the nearest comes
+    from the HNSW index with iterative scans, so the agent filter cannot starve it however many
+    other agents' dissents share the index.
     """
     with transaction.atomic(), connection.cursor() as cursor:
         # Strict order: in relaxed order the first row of this agent that the index offers need
         # not be its nearest (bench/trust_bench.py found novelty off by up to 0.69 that way).
         hnsw_scan_configure(cursor, ef_search=NOVELTY_EF_SEARCH)
         cursor.execute(
-            f"""
-            SELECT {cosine_similarity_sql("embedding")} AS similarity
-            FROM trust_dissentembedding
-            WHERE tenant_id = %(tenant)s AND agent_id = %(agent)s
-            ORDER BY embedding <=> %(vector)s::vector
-            LIMIT 1
-            """,  # noqa: S608 (the f-string adds our own SQL, no input)
-            {"vector": vector_literal(vector), "tenant": agent.tenant_id, "agent": agent.pk},
+            NOVELTY_SQL.format(
+                exact_similarity=cosine_similarity_sql("few.embedding"),
+                similarity=cosine_similarity_sql("embedding"),
+            ),
+            {
+                "vector": vector_literal(vector),
+                "tenant": agent.tenant_id,
+                "agent": agent.pk,
+                "exact_max": NOVELTY_EXACT_MAX_DISSENTS,
+            },
         )
         row = row_named(cursor)
     return None if row is None or row.similarity is None else float(row.similarity)
