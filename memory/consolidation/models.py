@@ -21,8 +21,17 @@ class MemoryContentEmbedding(models.Model):
     memory (deletion cascades), safe to drop.
     """
 
+    # The database deletes the row with its memory (ON DELETE CASCADE, migration 0021), not
+    # Django: a relation Django cascades would stop every bulk delete of memories (an agent's,
+    # a tenant's, a purge) from being one statement, and reorder an agent's deletion so that
+    # the keyword triggers wrote terms for an agent already gone. Checked at once, not at the
+    # commit, so a vector kept for a memory deleted meanwhile fails only its own savepoint.
     memory = models.OneToOneField(
-        Memory, on_delete=models.CASCADE, primary_key=True, related_name="+"
+        Memory,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        primary_key=True,
+        related_name="+",
     )
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     content_hash = models.CharField(max_length=64)

@@ -16,11 +16,19 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='MemoryContentEmbedding',
             fields=[
-                ('memory', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='+', serialize=False, to='memory.memory')),
+                ('memory', models.OneToOneField(db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, primary_key=True, related_name='+', serialize=False, to='memory.memory')),
                 ('content_hash', models.CharField(max_length=64)),
                 ('model', models.CharField(max_length=200)),
                 ('embedding', pgvector.django.vector.VectorField(dimensions=384)),
                 ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='ledger.tenant')),
             ],
+        ),
+        # See MemoryContentEmbedding.memory: the database cascades, and checks at once.
+        migrations.RunSQL(
+            sql="ALTER TABLE memory_memorycontentembedding"
+            " ADD CONSTRAINT memory_content_embedding_memory_fk FOREIGN KEY (memory_id)"
+            " REFERENCES memory_memory (id) ON DELETE CASCADE",
+            reverse_sql="ALTER TABLE memory_memorycontentembedding"
+            " DROP CONSTRAINT memory_content_embedding_memory_fk",
         ),
     ]
