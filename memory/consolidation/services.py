@@ -240,6 +240,9 @@ def _by_content_each(judged: Sequence[tuple[Memory, list[_Neighbour]]]) -> list[
         return [_ByContent(neighbours) for _, neighbours in judged]
     contents = {n.id: n.content for _, neighbours in compared for n in neighbours}
     contents.update((m.pk, m.content) for m, _ in compared if m.pk is not None)
+    # A memory's neighbours are its agent's, so of its tenant.
+    tenant_of = {n.id: m.tenant_id for m, neighbours in compared for n in neighbours}
+    tenant_of.update((m.pk, m.tenant_id) for m, _ in compared if m.pk is not None)
     try:
         model = embedder_name()
         kept = content_embeddings_kept(contents, model=model)
@@ -258,7 +261,11 @@ def _by_content_each(judged: Sequence[tuple[Memory, list[_Neighbour]]]) -> list[
     except EmbeddingUnavailable:
         return [_ByContent(neighbours) for _, neighbours in judged]
     content_embeddings_keep(
-        {pk: (content, embedded[content]) for pk, content in contents.items() if pk not in kept},
+        {
+            pk: (tenant_of[pk], content, embedded[content])
+            for pk, content in contents.items()
+            if pk not in kept
+        },
         model=model,
     )
 
@@ -296,7 +303,7 @@ def content_embeddings_keep_planned(stored: Sequence[tuple[Memory, Consolidation
     """Keep the content vectors that the plans of memories just stored computed: they had no id
     when their neighbours were judged."""
     vectors = {
-        memory.pk: (memory.content, plan.content_vector)
+        memory.pk: (memory.tenant_id, memory.content, plan.content_vector)
         for memory, plan in stored
         if plan.content_vector is not None
     }
@@ -304,22 +311,23 @@ def content_embeddings_keep_planned(stored: Sequence[tuple[Memory, Consolidation
         content_embeddings_keep(vectors, model=embedder_name())
 
 
-def content_embeddings_keep(vectors: dict[int, tuple[str, list[float]]], *, model: str) -> None:
-    """Keep content vectors (id: (content, vector)) of stored memories, replacing older ones.
-    Derived data: a memory deleted meanwhile just gets none."""
+def content_embeddings_keep(
+    vectors: dict[int, tuple[int, str, list[float]]], *, model: str
+) -> None:
+    """Keep content vectors (memory id: (tenant id, content, vector)) of stored memories,
+    replacing older ones. Derived data: a memory deleted meanwhile just gets none (its foreign
+    key is checked at once, so only this savepoint fails)."""
     if not vectors:
         return
-    tenant_of = dict(Memory.objects.filter(pk__in=list(vectors)).values_list("pk", "tenant_id"))
     rows = [
         MemoryContentEmbedding(
             memory_id=pk,
-            tenant_id=tenant_of[pk],
+            tenant_id=tenant_id,
             content_hash=content_hash(content),
             model=model,
             embedding=vector,
         )
-        for pk, (content, vector) in sorted(vectors.items())  # one lock order for every writer
-        if pk in tenant_of
+        for pk, (tenant_id, content, vector) in sorted(vectors.items())  # one lock order
     ]
     try:
         with transaction.atomic():

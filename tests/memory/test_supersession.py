@@ -477,3 +477,19 @@ def test_a_batch_judged_later_keeps_its_content_vectors(agent, embedded, setting
     assert MemoryContentEmbedding.objects.filter(memory_id__in=[eur.pk, batch[0].pk]).count() == 2
     # The second judgement read every vector it needed.
     assert len(embedded) == 1
+
+
+def test_a_vector_kept_for_a_memory_deleted_meanwhile_is_dropped_quietly(agent):
+    from memory.consolidation.services import content_embeddings_keep
+    from memory.models import MemoryContentEmbedding
+
+    eur = store(agent, EUR, MAY)
+    vector = embed_texts([EUR])[0]
+
+    content_embeddings_keep(
+        {eur.pk: (agent.tenant_id, EUR, vector), eur.pk + 1000: (agent.tenant_id, GBP, vector)},
+        model="m",
+    )
+
+    assert not MemoryContentEmbedding.objects.exists()  # the batch's savepoint, nothing else
+    assert Memory.objects.filter(pk=eur.pk).exists()
