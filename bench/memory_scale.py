@@ -880,6 +880,11 @@ def main() -> None:
         help="only the filtered cases (filter language, issue 22) over the big agent",
     )
     parser.add_argument(
+        "--cases",
+        metavar="TEXT",
+        help="with --filtered, only the cases whose label contains TEXT (case-insensitive)",
+    )
+    parser.add_argument(
         "--load-only", action="store_true", help="load the data (with --keep) and stop"
     )
     parser.add_argument(
@@ -1210,6 +1215,8 @@ def report_filtered(conn: Any, args: argparse.Namespace, queries: Sequence[Query
     say(f"filtered search over the big agent, {len(queries)} queries per case; "
         f"load {load_average()}")  # fmt: skip
     for label, raw in filtered_cases(big.count):
+        if args.cases and args.cases.lower() not in label.lower():
+            continue
         parsed = filter_parse(raw)
         line = f"  {label:48}"
         if every is not None:
