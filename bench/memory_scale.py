@@ -882,7 +882,8 @@ def main() -> None:
     parser.add_argument(
         "--cases",
         metavar="TEXT",
-        help="with --filtered, only the cases whose label contains TEXT (case-insensitive)",
+        help="with --filtered, only the cases whose label contains TEXT (case-insensitive; "
+        "several texts separated by commas)",
     )
     parser.add_argument(
         "--load-only", action="store_true", help="load the data (with --keep) and stop"
@@ -1194,6 +1195,8 @@ def filtered_plan_named(filters: Any, agent_memories: int, params: dict[str, Any
     sql = dense_leg_sql(filters, agent_memories, params)
     bound = re.search(r"LIMIT (\d+) \+ 1", sql)
     order = "index first" if "WITH nearest AS" in sql else "rows first"
+    if "memory_memorymetadataterm" in sql:
+        order += ", by metadata terms"
     return f"{order}, exact up to {int(bound.group(1)):,}" if bound else "HNSW only"
 
 
@@ -1215,7 +1218,9 @@ def report_filtered(conn: Any, args: argparse.Namespace, queries: Sequence[Query
     say(f"filtered search over the big agent, {len(queries)} queries per case; "
         f"load {load_average()}")  # fmt: skip
     for label, raw in filtered_cases(big.count):
-        if args.cases and args.cases.lower() not in label.lower():
+        if args.cases and not any(
+            text.strip().lower() in label.lower() for text in args.cases.split(",")
+        ):
             continue
         parsed = filter_parse(raw)
         line = f"  {label:48}"
