@@ -26,6 +26,7 @@ from memory.episodic.models import (
     MemoryTerm,
 )
 from memory.knowledge.models import KnowledgeChunk, KnowledgeDocument, KnowledgeKey, KnowledgeKind
+from memory.search.models import MemoryMetadataTerm
 
 __all__ = [
     "ContentAttachment",
@@ -43,6 +44,7 @@ __all__ = [
     "Memory",
     "MemoryContentEmbedding",
     "MemoryKey",
+    "MemoryMetadataTerm",
     "MemoryQuerySet",
     "MemoryRole",
     "MemorySearchTotals",

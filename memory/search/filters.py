@@ -450,6 +450,37 @@ class MemoryFilter:
             return self.root.children
         return (self.root,)
 
+    def metadata_term_documents(self) -> list[dict[str, Any]] | None:
+        """For a filter that keeps only rows whose metadata key equals one of a few texts or
+        booleans (a top-level condition of it, with AND): one document per value, whose terms
+        (``memory_metadata_terms`` in SQL, memory.search.models.MemoryMetadataTerm) name every
+        row the condition keeps and no other. None when no condition is of that kind."""
+        found: list[list[dict[str, Any]]] = []
+        for node in self._conjuncts_flat():
+            if not (
+                isinstance(node, Condition)
+                and node.field == "metadata"
+                and len(node.path) == 1
+                and node.op in ("eq", "in")
+            ):
+                continue
+            values = (node.value,) if node.op == "eq" else tuple(node.value)
+            key = node.path[0]
+            if values and all(_term_sized(key, value) for value in values):
+                found.append([{key: value} for value in values])
+        return min(found, key=len) if found else None
+
+    def _conjuncts_flat(self) -> list[Node]:
+        flat: list[Node] = []
+        pending = list(self._conjuncts())
+        while pending:
+            node = pending.pop(0)
+            if isinstance(node, Logical) and node.op == "and":
+                pending[:0] = node.children
+            else:
+                flat.append(node)
+        return flat
+
     @property
     def session_id(self) -> str | None:
         """The one session every match belongs to, when the filter says so at its top level."""
@@ -472,6 +503,20 @@ class MemoryFilter:
         if other.root is None:
             return self
         return MemoryFilter(Logical("and", (*self._conjuncts(), *other._conjuncts())))
+
+
+# A metadata term longer than this (key and value as JSON text) may have been left out of the
+# terms table (memory_metadata_terms keeps up to 1,000 bytes): such a value is never looked up
+# there.
+TERM_MAX_BYTES = 900
+
+
+def _term_sized(key: str, value: Any) -> bool:
+    """Whether ``value`` of ``key`` is a term: a text or boolean short enough to be kept."""
+    if not isinstance(value, str | bool):
+        return False
+    text = json.dumps(key, ensure_ascii=False) + json.dumps(value, ensure_ascii=False)
+    return len(text.encode()) <= TERM_MAX_BYTES
 
 
 def filter_parse(raw: Mapping[str, Any] | None) -> MemoryFilter:

@@ -16,7 +16,7 @@ from config.api import ApiError
 from ledger.models import Role
 from memory.episodic.services import MemoryDraft, memories_store
 from memory.episodic.validity import CURRENTLY_VALID
-from memory.models import Memory
+from memory.models import Memory, MemoryMetadataTerm
 from memory.search import legs, plans
 from memory.search.filters import (
     FILTER_MAX_CONDITIONS,
@@ -379,3 +379,119 @@ def test_the_planner_estimates_a_filters_rows_among_the_agents(agent, no_embedde
     assert 100 <= expected({"tags": "common"}) <= 300  # 200 rows
     assert expected({"tags": "rare"}) <= 20  # one row
     assert expected({"NOT": {"tags": "rare"}}) >= 300
+
+
+# --- the metadata terms table (memory.search.models.MemoryMetadataTerm) --------------------------
+
+
+def terms_of(memory) -> set[str]:
+    return set(
+        MemoryMetadataTerm.objects.filter(memory_id=memory.pk).values_list("term", flat=True)
+    )
+
+
+def unit(axis: int) -> list[float]:
+    return [1.0 if i == axis else 0.0 for i in range(384)]
+
+
+def test_a_searchable_memorys_text_and_boolean_values_are_its_terms(agent, memories):
+    slack, call, bare = memories["slack deploy"], memories["call notes"], memories["no metadata"]
+    assert terms_of(slack) == set()  # stored without a vector: never searched by one
+
+    Memory.objects.filter(pk=slack.pk).update(embedding=unit(0))
+    Memory.objects.filter(pk=call.pk).update(embedding=unit(1))
+    Memory.objects.filter(pk=bare.pk).update(embedding=unit(2))
+
+    # Numbers (5 = 5.0 in JSON) and nested values are left to the containment test.
+    assert terms_of(slack) == {'"source""slack"'}
+    assert terms_of(call) == {'"source""call"'}
+    assert terms_of(bare) == set()
+    Memory.objects.filter(pk=slack.pk).update(metadata={"source": "email", "urgent": True})
+    assert terms_of(slack) == {'"source""email"', '"urgent"true'}
+    Memory.objects.filter(pk=slack.pk).update(archived_at=timezone.now())
+    assert terms_of(slack) == set()
+    Memory.objects.filter(pk=slack.pk).update(archived_at=None)
+    assert terms_of(slack) == {'"source""email"', '"urgent"true'}
+    Memory.objects.filter(pk=slack.pk).delete()
+    assert terms_of(slack) == set()
+
+
+@pytest.mark.parametrize(
+    ("raw", "documents"),
+    [
+        ({"metadata": {"source": "slack"}}, [{"source": "slack"}]),
+        ({"metadata": {"source": {"in": ["a", "b"]}}}, [{"source": "a"}, {"source": "b"}]),
+        ({"metadata": {"done": True}, "importance": {"gt": 0.5}}, [{"done": True}]),
+        # Of two, the one naming fewer values.
+        (
+            {"metadata": {"source": {"in": ["a", "b"]}, "team": "x"}},
+            [{"team": "x"}],
+        ),
+        ({"metadata": {"priority": 3}}, None),  # a number
+        ({"metadata": {"thread": {"id": "t1"}}}, None),  # a nested key
+        ({"metadata": {"source": {"ne": "a"}}}, None),
+        ({"OR": [{"metadata": {"source": "a"}}, {"tags": "ops"}]}, None),
+        ({"metadata": {"source": "x" * 1000}}, None),  # longer than a kept term
+    ],
+)
+def test_a_filter_names_terms_only_where_they_keep_exactly_its_rows(raw, documents):
+    assert filter_parse(raw).metadata_term_documents() == documents
+
+
+@pytest.fixture
+def large_agent(monkeypatch):
+    """Searches take the large agent's filtered path, asking for one row at a time."""
+    monkeypatch.setattr(plans, "EXACT_SCAN_MAX_MEMORIES", 0)
+    monkeypatch.setattr(legs, "MEMORY_DENSE_CANDIDATES_NARROWED", 1)
+
+
+def nearest_under(agent, raw) -> list[str]:
+    outcome = memories_search(
+        agent=agent,
+        query="zzz",
+        vector=unit(0),
+        filters=filter_parse(raw),
+        top_k=10,
+        threshold=-1,
+        now=timezone.now(),
+        record_retrieval=False,
+    )
+    return [hit.content for hit in outcome.hits]
+
+
+def test_a_selective_metadata_filter_is_answered_from_the_terms(agent, memories, large_agent):
+    for axis, name in enumerate(["slack deploy", "doc draft", "email invoice"]):
+        Memory.objects.filter(pk=memories[name].pk).update(embedding=unit(axis))
+    named = {"metadata": {"source": {"in": ["slack", "doc"]}}}
+    assert nearest_under(agent, named) == ["slack deploy"]
+
+    # The terms decide which rows are read: without the nearest one's, the next answers.
+    MemoryMetadataTerm.objects.filter(memory_id=memories["slack deploy"].pk).delete()
+    assert nearest_under(agent, named) == ["doc draft"]
+    # Should none of the rows the terms name pass the rest of the filter, every row of the
+    # filter is read after all: the search never comes back short.
+    assert nearest_under(agent, {**named, "importance": {"gt": 0.8}}) == ["slack deploy"]
+
+
+def test_terms_match_any_text_as_the_containment_test_does(agent, memories, large_agent):
+    odd = 'Zoë "quoted" \\ back\nslash\t☃'
+    memory = memories["call notes"]
+    Memory.objects.filter(pk=memory.pk).update(embedding=unit(0), metadata={"name": odd})
+    assert nearest_under(agent, {"metadata": {"name": odd}}) == ["call notes"]
+    assert nearest_under(agent, {"metadata": {"name": odd + " "}}) == []
+
+
+def test_terms_naming_more_rows_than_the_exact_bound_go_to_the_index(
+    agent, memories, large_agent, monkeypatch
+):
+    monkeypatch.setattr(legs, "filtered_exact_max_rows", lambda table_rows, dense_k: 2)
+    for axis, memory in enumerate(memories.values()):
+        Memory.objects.filter(pk=memory.pk).update(embedding=unit(axis))
+    # Without the nearest row's terms, which path answered shows: the terms (the next row)
+    # or the HNSW index, which reads the table (the nearest row).
+    MemoryMetadataTerm.objects.filter(memory_id=memories["slack deploy"].pk).delete()
+    names_two = {"metadata": {"source": {"in": ["slack", "doc"]}}}  # one row in the terms
+    names_four = {"metadata": {"source": {"in": ["slack", "doc", "email", "call"]}}}  # three
+
+    assert nearest_under(agent, names_two) == ["doc draft"]
+    assert nearest_under(agent, names_four) == ["slack deploy"]
