@@ -331,6 +331,8 @@ def _checked(spec: FieldSpec, op: str, value: Any, where: str) -> Any:
 
 COMPARISON = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 ARRAY_TYPE = {"text": "text[]", "integer": "bigint[]", "number": "float8[]"}
+# The names of a compiled filter's parameters: %(filter_0)s, ...
+FILTER_PREFIX = "filter_"
 
 
 class _Sql:
@@ -426,7 +428,7 @@ class MemoryFilter:
     root: Node | None = None
 
     def sql(
-        self, *, prefix: str = "filter_", alias: str | None = None
+        self, *, prefix: str = FILTER_PREFIX, alias: str | None = None
     ) -> tuple[str, dict[str, Any]]:
         """The condition as SQL with named parameters ``%(<prefix>N)s``; "true" when empty."""
         if self.root is None:
@@ -450,13 +452,15 @@ class MemoryFilter:
             return self.root.children
         return (self.root,)
 
-    def metadata_term_documents(self) -> list[dict[str, Any]] | None:
+    def metadata_terms(self) -> MetadataTerms | None:
         """For a filter that keeps only rows whose metadata key equals one of a few texts or
         booleans (a top-level condition of it, with AND): one document per value, whose terms
         (``memory_metadata_terms`` in SQL, memory.search.models.MemoryMetadataTerm) name every
-        row the condition keeps and no other. None when no condition is of that kind."""
-        found: list[list[dict[str, Any]]] = []
-        for node in self._conjuncts_flat():
+        row the condition keeps and no other, and the rest of the filter. None when no
+        condition is of that kind; of several, the one naming fewest values."""
+        found: list[tuple[list[dict[str, Any]], Node]] = []
+        conjuncts = self._conjuncts_flat()
+        for node in conjuncts:
             if not (
                 isinstance(node, Condition)
                 and node.field == "metadata"
@@ -467,8 +471,16 @@ class MemoryFilter:
             values = (node.value,) if node.op == "eq" else tuple(node.value)
             key = node.path[0]
             if values and all(_term_sized(key, value) for value in values):
-                found.append([{key: value} for value in values])
-        return min(found, key=len) if found else None
+                found.append(([{key: value} for value in values], node))
+        if not found:
+            return None
+        documents, chosen = min(found, key=lambda pair: len(pair[0]))
+        rest = [node for node in conjuncts if node is not chosen]
+        if not rest:
+            return MetadataTerms(documents, MemoryFilter())
+        return MetadataTerms(
+            documents, MemoryFilter(rest[0] if len(rest) == 1 else Logical("and", tuple(rest)))
+        )
 
     def _conjuncts_flat(self) -> list[Node]:
         flat: list[Node] = []
@@ -503,6 +515,15 @@ class MemoryFilter:
         if other.root is None:
             return self
         return MemoryFilter(Logical("and", (*self._conjuncts(), *other._conjuncts())))
+
+
+@dataclass(frozen=True)
+class MetadataTerms:
+    """A filter's condition on metadata values, as documents whose terms name its rows, and
+    what else the filter asks of them."""
+
+    documents: list[dict[str, Any]]
+    rest: MemoryFilter
 
 
 # A metadata term longer than this (key and value as JSON text) may have been left out of the

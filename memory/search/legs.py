@@ -19,7 +19,7 @@ from memory.embeddings.backends import embedder_name
 from memory.episodic import policies
 from memory.episodic.lifecycle import DECAY_BASE, EFFECTIVE_IMPORTANCE_SQL, SECONDS_PER_WEEK
 from memory.episodic.validity import CURRENTLY_VALID, VALIDITY_SQL, Validity
-from memory.search.filters import FILTER_COLUMNS, MemoryFilter
+from memory.search.filters import FILTER_COLUMNS, FILTER_PREFIX, MemoryFilter
 from memory.search.plans import (
     LIVE_ROWS,
     SKETCH_OVERSAMPLE,
@@ -181,11 +181,11 @@ def dense_leg_sql(
     *,
     exact_max_rows: int | None = None,
     index_first: bool = False,
-    by_terms: bool = False,
+    beside_terms: MemoryFilter | None = None,
 ) -> str:
     """The semantic leg for an agent of this size under these filters (the plan chosen by
     memory.search.plans.semantic_plan; for a large agent under a filter, filtered_nearest_sql
-    with ``exact_max_rows``, ``index_first`` and ``by_terms``)."""
+    with ``exact_max_rows``, ``index_first`` and ``beside_terms``)."""
     plan = dense_leg_plan(agent_memories, filters)
     where = filtered_where(filters)
     if plan is SemanticPlan.INDEX and filters.narrowing:
@@ -194,7 +194,9 @@ def dense_leg_sql(
             filtered_where(filters, opaque=True),
             most=FILTERED_EXACT_MAX_ROWS if exact_max_rows is None else exact_max_rows,
             index_first=index_first,
-            by_terms=by_terms,
+            beside_terms=(
+                None if beside_terms is None else filtered_where(beside_terms, TERMS_REST_PREFIX)
+            ),
         )
     return nearest_rows_sql(where, plan, limit="dense_k")
 
@@ -250,7 +252,7 @@ UNION ALL
 {exact}"""
 
 
-# A filter that names metadata values (MemoryFilter.metadata_term_documents) is answered from
+# A filter that names metadata values (MemoryFilter.metadata_terms) is answered from
 # the terms table first (memory.search.models.MemoryMetadataTerm): its primary key gives the
 # rows holding those values with their sketches, without the table. When they number at most
 # the exact path's bound, the nearest of them by Hamming distance are read from the table,
@@ -268,14 +270,15 @@ WITH named AS MATERIALIZED (
         SELECT unnest(memory_metadata_terms(d)) FROM unnest(%(term_documents)s::jsonb[]) AS d
     ))
     LIMIT {most} + 1),
+named_count AS MATERIALIZED (SELECT count(*) AS found FROM named),
 near AS MATERIALIZED (
     SELECT id, embedding <=> %(vector)s::vector AS distance FROM memory_memory
     WHERE id = ANY(ARRAY(
-        SELECT memory_id FROM named WHERE (SELECT count(*) FROM named) <= {most}
+        SELECT memory_id FROM named WHERE (SELECT found FROM named_count) <= {most}
         ORDER BY embedding_bits <~> binary_quantize(%(vector)s::vector)
         LIMIT greatest(
             %(dense_k)s * {oversample}, {minimum},
-            ceil((SELECT count(*) FROM named) * {share})::int)
+            ceil((SELECT found FROM named_count) * {share})::int)
     )) AND {where} AND embedding IS NOT NULL),
 few AS MATERIALIZED ({bounded})
 (SELECT id FROM near WHERE (SELECT count(*) FROM near) >= %(dense_k)s
@@ -290,6 +293,10 @@ UNION ALL
 # importance >= 0.5, which the table checks after): 400 read 0.964 / 0.910 / 0.797, 1,000
 # 1.000 / 0.971 / 0.927, 1,500 1.000 / 0.990 / 0.970.
 TERMS_MIN_CANDIDATES = 1000
+# The parameters of the rest of such a filter, checked on the rows the terms name (the rows
+# read are known to hold the values: checking them again made the planner prefer the metadata
+# index and read every row it names).
+TERMS_REST_PREFIX = "rest_"
 TERMS_CANDIDATE_SHARE = 0.3
 
 
@@ -299,13 +306,13 @@ def filtered_nearest_sql(
     *,
     most: int = FILTERED_EXACT_MAX_ROWS,
     index_first: bool = False,
-    by_terms: bool = False,
+    beside_terms: str | None = None,
 ) -> str:
     """The nearest rows of a large agent under a filter that keeps an unknown share of them:
     exact when it keeps at most ``most``, through the HNSW index otherwise; ``index_first``
-    tries the index before counting (FILTERED_INDEX_FIRST); ``by_terms`` ranks the rows the
-    filter's metadata values name by their sketches first (FILTERED_BY_TERMS; its parameter
-    ``term_documents``).
+    tries the index before counting (FILTERED_INDEX_FIRST); with ``beside_terms`` (the rest of
+    the filter as a condition), the rows the filter's metadata values name are ranked by their
+    sketches first (FILTERED_BY_TERMS; its parameter ``term_documents``).
 
     The index branch checks the filter as ``opaque_where``, which no index can serve: it runs
     only once the filter is known (or expected) to keep many rows, and then the HNSW scan is
@@ -322,9 +329,9 @@ def filtered_nearest_sql(
             bounded=FILTERED_BOUNDED_READ.format(where=short, most=most),
             exact=exact,
         )
-    if by_terms:
+    if beside_terms is not None:
         # The terms name few rows; the rows read from them fall short; either path found many.
-        few_named = f"(SELECT count(*) FROM named) <= {most}"  # noqa: S608
+        few_named = f"(SELECT found FROM named_count) <= {most}"  # noqa: S608
         short = f"{where} AND {few_named} AND (SELECT count(*) FROM near) < %(dense_k)s"  # noqa: S608
         many = f"{opaque_where} AND NOT ({few_named} AND (SELECT count(*) FROM few) <= {most})"  # noqa: S608
         return FILTERED_BY_TERMS.format(
@@ -332,7 +339,7 @@ def filtered_nearest_sql(
             oversample=SKETCH_OVERSAMPLE,
             minimum=TERMS_MIN_CANDIDATES,
             share=TERMS_CANDIDATE_SHARE,
-            where=where,
+            where=beside_terms,
             bounded=FILTERED_BOUNDED_READ.format(where=short, most=most),
             exact=exact,
             index_scan=nearest_rows_sql(many, SemanticPlan.INDEX, limit="dense_k"),
@@ -368,11 +375,13 @@ def keyword_leg_sql(filters: MemoryFilter) -> str:
     )
 
 
-def filtered_where(filters: MemoryFilter, *, opaque: bool = False) -> str:
+def filtered_where(
+    filters: MemoryFilter, prefix: str = FILTER_PREFIX, *, opaque: bool = False
+) -> str:
     """The agent's active memories, narrowed by the filter given (a SQL condition whose
-    parameters are ``filters.sql()``'s); ``opaque``: written so that no index serves the filter
-    (the same rows: a WHERE keeps only what is true)."""
-    condition, _ = filters.sql()
+    parameters are ``filters.sql(prefix=prefix)``'s); ``opaque``: written so that no index
+    serves the filter (the same rows: a WHERE keeps only what is true)."""
+    condition, _ = filters.sql(prefix=prefix)
     if filters.root is None:
         return SEARCHED_ROWS
     return f"{SEARCHED_ROWS} AND ({condition}){' IS TRUE' if opaque else ''}"
@@ -389,10 +398,11 @@ def filtered_plan(
     most = filtered_exact_max_rows(table_rows, params["dense_k"])
     if most <= 0:
         return {"exact_max_rows": 0}
-    term_documents = filters.metadata_term_documents()
-    if term_documents is not None:  # counted exactly by the statement: no estimate needed
-        params["term_documents"] = [json.dumps(document) for document in term_documents]
-        return {"exact_max_rows": most, "by_terms": True}
+    terms = filters.metadata_terms()
+    if terms is not None:  # counted exactly by the statement: no estimate needed
+        params["term_documents"] = [json.dumps(document) for document in terms.documents]
+        params.update(terms.rest.sql(prefix=TERMS_REST_PREFIX)[1])
+        return {"exact_max_rows": most, "beside_terms": terms.rest}
     with read_connection.cursor() as cursor:
         expected = filter_rows_estimate(cursor, filters, params)
     return {

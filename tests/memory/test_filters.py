@@ -435,7 +435,21 @@ def test_a_searchable_memorys_text_and_boolean_values_are_its_terms(agent, memor
     ],
 )
 def test_a_filter_names_terms_only_where_they_keep_exactly_its_rows(raw, documents):
-    assert filter_parse(raw).metadata_term_documents() == documents
+    terms = filter_parse(raw).metadata_terms()
+    assert (terms and terms.documents) == documents
+
+
+def test_the_rest_of_a_filter_is_checked_beside_its_terms():
+    terms = filter_parse(
+        {"metadata": {"source": {"in": ["a", "b"]}, "team": "x"}, "importance": {"gt": 0.5}}
+    ).metadata_terms()
+    assert terms is not None
+    assert terms.rest == filter_parse(
+        {"metadata": {"source": {"in": ["a", "b"]}}, "importance": {"gt": 0.5}}
+    )
+    alone = filter_parse({"metadata": {"team": "x"}}).metadata_terms()
+    assert alone is not None
+    assert alone.rest.root is None
 
 
 @pytest.fixture
