@@ -509,3 +509,16 @@ def test_terms_naming_more_rows_than_the_exact_bound_go_to_the_index(
 
     assert nearest_under(agent, names_two) == ["doc draft"]
     assert nearest_under(agent, names_four) == ["slack deploy"]
+
+
+def test_two_conditions_on_values_read_the_terms_of_one_and_check_the_other(
+    agent, memories, large_agent
+):
+    teams = {"slack deploy": "red", "doc draft": "red", "email invoice": "blue"}
+    for axis, (name, team) in enumerate(teams.items()):
+        source = memories[name].metadata["source"]
+        Memory.objects.filter(pk=memories[name].pk).update(
+            embedding=unit(axis), metadata={"source": source, "team": team}
+        )
+    red_not_slack = {"metadata": {"team": "red", "source": {"in": ["doc", "email"]}}}
+    assert nearest_under(agent, red_not_slack) == ["doc draft"]
