@@ -522,3 +522,19 @@ def test_two_conditions_on_values_read_the_terms_of_one_and_check_the_other(
         )
     red_not_slack = {"metadata": {"team": "red", "source": {"in": ["doc", "email"]}}}
     assert nearest_under(agent, red_not_slack) == ["doc draft"]
+
+
+def test_a_differing_sign_counts_by_the_size_of_the_querys_value_there(db):
+    """The weighted sketch distance of the terms path: the masks are in the sketch's bit order
+    (a dimension whose sign differs counts 1 to 4, by the query's |value| / max |value|)."""
+    query = [0.9, -0.5, 0.1, -0.3] + [0.01] * 380
+    row = [-1.0, -1.0, -1.0, 1.0] + [1.0] * 380  # differs at the first, third and fourth
+    low, high = legs.sketch_weight_masks(query)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT bit_count(x) + bit_count(x & %s::bit(384)) + 2 * bit_count(x & %s::bit(384))"
+            " FROM (SELECT binary_quantize(%s::vector) # binary_quantize(%s::vector) AS x) AS d",
+            [low, high, plans.vector_literal(row), plans.vector_literal(query)],
+        )
+        (distance,) = cursor.fetchone()
+    assert distance == 4 + 1 + 2
