@@ -18,8 +18,9 @@ class MemoryMetadataTerm(models.Model):
     of a large agent's rows, each on its own page of the table: reading them to rank them took
     a buffer, five containment checks and a 1.5 kB vector per row (11 ms for 5,099 rows of
     1,100,000, the search's p95 25 ms). This table answers the same question from its primary
-    key alone (tenant, agent, term, memory, covering the sketch): the rows by Hamming distance,
-    of which only the nearest few hundred are then read (memory.search.legs.FILTERED_BY_TERMS).
+    key alone (tenant, agent, term, memory, covering the sketch): the rows ranked by a Hamming
+    distance weighted by the query, of which only the nearest few hundred are then read
+    (memory.search.legs.FILTERED_BY_TERMS).
 
     Kept by PostgreSQL (migration 0022), so every path that writes memories keeps it exact: a
     trigger writes a memory's terms when it is inserted and again when its metadata, vector,
