@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import re
@@ -627,7 +628,9 @@ def dense_leg_sql(filters: Any, agent_memories: int, params: dict[str, Any] | No
     with connection.cursor() as cursor:
         cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'memory_memory'::regclass")
         (table_rows,) = cursor.fetchone()
-    plan = search.filtered_plan(agent_memories, filters, float(table_rows), params)
+    # The query vector as the search bound it (pgvector's text form is a JSON array).
+    vector = json.loads(params["vector"])
+    plan = search.filtered_plan(agent_memories, filters, float(table_rows), params, vector)
     return search.dense_leg_sql(agent_memories, filters, **plan)
 
 

@@ -418,11 +418,17 @@ def filtered_where(
 
 
 def filtered_plan(
-    agent_memories: int, filters: MemoryFilter, table_rows: float, params: dict[str, Any]
+    agent_memories: int,
+    filters: MemoryFilter,
+    table_rows: float,
+    params: dict[str, Any],
+    vector: Sequence[float],
 ) -> dict[str, Any]:
     """dense_leg_sql's choices for a large agent under a filter: the exact path's bound for a
     table of this size, and whether the planner expects the filter to keep so many rows that
-    the index is tried first. Nothing to choose (an empty dict) for any other semantic leg."""
+    the index is tried first, or the terms serve (their parameters added to ``params``, the
+    sketch weights from the query ``vector``). Nothing to choose (an empty dict) for any other
+    semantic leg."""
     if not filters.narrowing or dense_leg_plan(agent_memories, filters) is not SemanticPlan.INDEX:
         return {}
     most = filtered_exact_max_rows(table_rows, params["dense_k"])
@@ -431,8 +437,6 @@ def filtered_plan(
     terms = filters.metadata_terms()
     if terms is not None:  # counted exactly by the statement: no estimate needed
         params["term_documents"] = [json.dumps(document) for document in terms.documents]
-        # The query vector as the statement binds it (pgvector's text form is a JSON array).
-        vector = json.loads(params["vector"])
         params["weight_low"], params["weight_high"] = sketch_weight_masks(vector)
         params.update(terms.rest.sql(prefix=TERMS_REST_PREFIX)[1])
         return {"exact_max_rows": most, "beside_terms": terms.rest}
@@ -500,7 +504,9 @@ def memory_candidates_query(
         "time_pattern": TIME_EXPRESSION_SQL_PATTERN,
     }
     dense = (
-        dense_leg_sql(documents, filters, **filtered_plan(documents, filters, table_rows, params))
+        dense_leg_sql(
+            documents, filters, **filtered_plan(documents, filters, table_rows, params, vector)
+        )
         if vector is not None
         else NO_ROWS
     )
