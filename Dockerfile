@@ -17,7 +17,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     AGENT_MEMORY_DATA_DIR=/data \
     # Collected at build (below), inside the image: an upgrade serves its own files.
-    STATIC_ROOT=/app/static-collected
+    STATIC_ROOT=/app/static-collected \
+    # The local embedding model re-quantized at build (below), not by each container at start.
+    EMBEDDING_MODEL_DIR=/app/models
 
 WORKDIR /app
 
@@ -41,6 +43,7 @@ COPY --from=assets /assets/node_modules/chartjs-adapter-luxon/dist ./node_module
 RUN SECRET_KEY=collectstatic-only DATABASE_URL=postgresql://build@localhost/build \
     AGENT_MEMORY_DATA_DIR=/tmp/build-data \
     python manage.py collectstatic --noinput --verbosity 0 \
+    && python manage.py embedder_prepare \
     && rm -rf /tmp/build-data
 
 # /data is the app-data volume: the generated secret key, the ledger's signed checkpoints and

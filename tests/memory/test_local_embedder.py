@@ -5,12 +5,12 @@ import math
 import pytest
 
 from memory.embeddings.backends import embed_texts, embedder, embedder_reset
-from memory.embeddings.local_embedder import DIMENSIONS, LocalEmbedder
+from memory.embeddings.local_embedder import DIMENSIONS, MODEL_NAME, SHIPPED_MODEL, LocalEmbedder
 
 
-@pytest.fixture(scope="module")
-def model():
-    return LocalEmbedder()
+@pytest.fixture(scope="module", params=[MODEL_NAME, SHIPPED_MODEL])
+def model(request):
+    return LocalEmbedder(model=request.param)
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -54,7 +54,7 @@ def test_it_is_the_default_backend(settings):
     settings.EMBEDDING_BACKEND = "local"
     embedder_reset()
     try:
-        assert embedder().name == "local:all-MiniLM-L6-v2-int8"
+        assert embedder().name == "local:all-MiniLM-L6-v2-int8-dynamic"
         assert len(embed_texts(["x"])[0]) == DIMENSIONS
     finally:
         embedder_reset()

@@ -55,7 +55,7 @@ def test_a_memory_is_embedded_by_the_local_model_when_stored(agent):
     memory.refresh_from_db()
     assert memory.embedding is not None
     assert len(memory.embedding) == 384
-    assert memory.embedding_model == "local:all-MiniLM-L6-v2-int8"
+    assert memory.embedding_model == "local:all-MiniLM-L6-v2-int8-dynamic"
 
 
 def test_the_ledger_holds_the_content_only_sealed(tenant, agent, no_embedder):
