@@ -146,7 +146,8 @@ JOB_SPECS = (
     JobSpec(
         EMBEDDINGS_BACKFILL_JOB,
         embeddings_backfill_task.name,
-        "Embed memories and events stored while the embedder was unavailable.",
+        "Embed memories, knowledge chunks and events stored while the embedder was unavailable "
+        "or embedded by another model.",
         Every(minutes=10),
     ),
     JobSpec(

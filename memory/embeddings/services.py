@@ -1,5 +1,5 @@
 """Writes of the embeddings: the semantic index over ledger events, and the embedding backfill
-job's work (memories, then events)."""
+job's work (memories, knowledge chunks, then events)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from memory.embeddings.backends import (
 )
 from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH
 from memory.episodic.services import memory_embeddings_backfill
+from memory.knowledge.services import knowledge_chunks_embed_backfill
 from memory.models import EventEmbedding
 
 EVENT_EMBEDDING_BATCH = 64
@@ -88,12 +89,15 @@ def events_embeddings_backfill(
 
 def embeddings_backfill_batches() -> Iterator[Batch]:
     """The embedding backfill job's work: memories first (search reads their vectors), then
-    events; each part until it is done.
+    knowledge chunks, then events; each part until it is done.
 
     An unavailable embedder ends the run quietly: nothing is lost, the next run tries again.
     """
     yield from batches_until_short(
         lambda n: memory_embeddings_backfill(batch_size=n), batch_size=EMBEDDING_BACKFILL_BATCH
+    )
+    yield from batches_until_short(
+        lambda n: knowledge_chunks_embed_backfill(batch_size=n), batch_size=EMBEDDING_BACKFILL_BATCH
     )
     after = 0
     while True:

@@ -40,7 +40,12 @@ from memory.embeddings.backends import (
     embedding_problem,
     unit_vector,
 )
-from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH, Embedded, vectors_backfill
+from memory.embeddings.backfill import (
+    EMBEDDING_BACKFILL_BATCH,
+    Embedded,
+    vector_pending,
+    vectors_backfill,
+)
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from memory.episodic import policies
 from memory.episodic.models import speaker_of
@@ -689,10 +694,11 @@ def memory_update(
 
 
 def memory_embeddings_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) -> int:
-    """Embed active memories stored while the embedder was unavailable. Returns rows filled."""
+    """Embed active memories stored while the embedder was unavailable, or embedded by another
+    model. Returns rows filled."""
     return vectors_backfill(
         pending=Memory.objects.active()
-        .filter(embedding__isnull=True)
+        .filter(vector_pending())
         .only("id", "content", "role", "metadata", "speaker", "occurred_at"),
         vectors=_memory_vectors,
         batch_size=batch_size,
@@ -700,6 +706,8 @@ def memory_embeddings_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) ->
 
 
 def _memory_vectors(memories: list[Memory]) -> dict[int, Embedded]:
+    for memory in memories:
+        memory.embedding = None  # pending: none yet, or another model's
     _embed_missing(memories)
     return {
         memory.pk: (memory.embedding, memory.embedding_model)

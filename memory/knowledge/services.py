@@ -33,7 +33,12 @@ from config.api import ApiError
 from ledger.models import Tenant
 from ledger.services import event_append, tenant_write_lock
 from memory.embeddings.backends import EmbeddingUnavailable, embed_texts, embedder_name
-from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH, Embedded, vectors_backfill
+from memory.embeddings.backfill import (
+    EMBEDDING_BACKFILL_BATCH,
+    Embedded,
+    vector_pending,
+    vectors_backfill,
+)
 from memory.embeddings.local_embedder import DIMENSIONS
 from memory.episodic.policies import content_hash
 from memory.episodic.sealing import key_new, seal
@@ -221,9 +226,10 @@ def knowledge_chunks_sync(*, document: KnowledgeDocument, vectors: ChunkVectors)
 
 
 def knowledge_chunks_embed_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) -> int:
-    """Embed chunks stored while the embedder was unavailable. Returns rows filled."""
+    """Embed chunks stored while the embedder was unavailable, or embedded by another model.
+    Returns rows filled."""
     return vectors_backfill(
-        pending=KnowledgeChunk.objects.filter(embedding__isnull=True).only(
+        pending=KnowledgeChunk.objects.filter(vector_pending()).only(
             "id", "position", "heading", "text"
         ),
         vectors=_chunk_vectors_by_id,

@@ -452,15 +452,21 @@ def dissent_set_impact(
 
 
 def dissent_embeddings_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) -> int:
-    """Embed dissents logged while the embedder was down. Returns rows added; idempotent.
+    """Embed dissents logged while the embedder was down, or embedded by another model than the
+    configured one (memory.embeddings.backfill.vector_pending says why). Returns rows written;
+    idempotent.
 
     Their depth stays as logged (it is in the ledger); the vectors only serve the novelty of
     later dissents.
     """
+    try:
+        current = embedder_name()
+    except EmbeddingUnavailable:
+        return 0
     pending = list(
-        Dissent.objects.exclude(pk__in=DissentEmbedding.objects.values("dissent_id")).order_by(
-            "id"
-        )[:batch_size]
+        Dissent.objects.exclude(
+            pk__in=DissentEmbedding.objects.filter(model=current).values("dissent_id")
+        ).order_by("id")[:batch_size]
     )
     added = 0
     for start in range(0, len(pending), EMBEDDING_BATCH):
@@ -468,19 +474,24 @@ def dissent_embeddings_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) -
         vectors, model = embed_or_none([d.text for d in batch])
         if vectors is None:
             break
-        created = DissentEmbedding.objects.bulk_create(
-            [
-                DissentEmbedding(
-                    tenant_id=d.tenant_id,
-                    dissent_id=d.pk,
-                    agent_id=d.agent_id,
-                    embedding=v,
-                    model=model,
-                )
-                for d, v in zip(batch, vectors, strict=True)
-            ],
-            ignore_conflicts=True,
-        )
+        with transaction.atomic():
+            # Replace another model's rows; keep one another worker added meanwhile.
+            DissentEmbedding.objects.filter(dissent_id__in=[d.pk for d in batch]).exclude(
+                model=model
+            ).delete()
+            created = DissentEmbedding.objects.bulk_create(
+                [
+                    DissentEmbedding(
+                        tenant_id=d.tenant_id,
+                        dissent_id=d.pk,
+                        agent_id=d.agent_id,
+                        embedding=v,
+                        model=model,
+                    )
+                    for d, v in zip(batch, vectors, strict=True)
+                ],
+                ignore_conflicts=True,
+            )
         added += len(created)
     return added
 
