@@ -88,10 +88,9 @@ def requantized(source: Path, folder: Path) -> Path:
 
     The file is named after the source's digest and onnxruntime's version, so an upgrade of
     either makes it again. Processes starting together (web workers, Celery) take a lock on the
-    folder: one writes the file, the others wait and read it. About 2 seconds, once.
+    folder: one writes the file, the others wait and read it. About 3 seconds, once.
     """
     import onnxruntime
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
     target = folder / f"{MODEL_NAME}-{digest}-onnxruntime-{onnxruntime.__version__}.onnx"
@@ -102,6 +101,10 @@ def requantized(source: Path, folder: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_file():
             return target
+        # Only here: the quantizer brings the onnx package, which a process that reads the file
+        # made before does not need.
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
         with tempfile.TemporaryDirectory(dir=folder) as scratch:
             # The shipped graph dequantizes its weights at run time; folding that (a basic,
             # hardware-independent optimisation) gives the float32 weights to quantize again.
