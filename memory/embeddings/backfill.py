@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db import transaction
+from django.db.models import Model, Q, QuerySet
 
 from memory.embeddings.backends import EmbeddingUnavailable, embedder_name
 
@@ -58,3 +59,13 @@ def vectors_backfill(
     for pk, (vector, model) in vectors(rows).items():
         filled += pending.filter(pk=pk).update(embedding=vector, embedding_model=model)
     return filled
+
+
+def derived_vectors_replace(*, table: type[Model], key: str, rows: list[Any], model: str) -> int:
+    """Write vector rows of a derived table keyed by ``key`` (one row per event, per dissent),
+    made by ``model``: rows of another model for the same keys are replaced, a row of this model
+    another worker added meanwhile is kept. Returns how many rows were given to write."""
+    keys = [getattr(row, key) for row in rows]
+    with transaction.atomic():
+        table._default_manager.filter(**{f"{key}__in": keys}).exclude(model=model).delete()
+        return len(table._default_manager.bulk_create(rows, ignore_conflicts=True))

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from django.db import transaction
-
 from ledger.jobs import Batch, batches_until_short
 from ledger.models import DISPLAYABLE_ANY_KIND_KEYS, Event, Tenant
 from memory.embeddings.backends import (
@@ -14,7 +12,7 @@ from memory.embeddings.backends import (
     embed_texts,
     embedder_name,
 )
-from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH
+from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH, derived_vectors_replace
 from memory.episodic.services import memory_embeddings_backfill
 from memory.knowledge.services import knowledge_chunks_embed_backfill
 from memory.models import EventEmbedding
@@ -41,25 +39,17 @@ def event_embeddings_build(*, event_ids: Sequence[int]) -> int:
     for start in range(0, len(pending), EVENT_EMBEDDING_BATCH):
         batch = pending[start : start + EVENT_EMBEDDING_BATCH]
         vectors = embed_texts([event.text for event in batch])
-        with transaction.atomic():
-            # Replace rows of an older model; ignore rows another worker added meanwhile.
-            EventEmbedding.objects.filter(event_id__in=[e.pk for e in batch]).exclude(
-                model=model
-            ).delete()
-            created = EventEmbedding.objects.bulk_create(
-                [
-                    EventEmbedding(
-                        event_id=e.pk,
-                        tenant_id=e.tenant_id,
-                        run_id=e.run_id,
-                        embedding=v,
-                        model=model,
-                    )
-                    for e, v in zip(batch, vectors, strict=True)
-                ],
-                ignore_conflicts=True,
-            )
-        added += len(created)
+        added += derived_vectors_replace(
+            table=EventEmbedding,
+            key="event_id",
+            rows=[
+                EventEmbedding(
+                    event_id=e.pk, tenant_id=e.tenant_id, run_id=e.run_id, embedding=v, model=model
+                )
+                for e, v in zip(batch, vectors, strict=True)
+            ],
+            model=model,
+        )
     return added
 
 

@@ -22,7 +22,7 @@ from ledger.jobs import Batch, batches_until_short
 from ledger.models import Agent, Tenant
 from ledger.services import EventDraft, event_append, tenant_write_lock
 from memory.embeddings.backends import EmbeddingUnavailable, embed_texts, embedder_name
-from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH
+from memory.embeddings.backfill import EMBEDDING_BACKFILL_BATCH, derived_vectors_replace
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
 from trust.governance import services as governance
 from trust.governance.models import RubricVersion
@@ -474,25 +474,21 @@ def dissent_embeddings_backfill(*, batch_size: int = EMBEDDING_BACKFILL_BATCH) -
         vectors, model = embed_or_none([d.text for d in batch])
         if vectors is None:
             break
-        with transaction.atomic():
-            # Replace another model's rows; keep one another worker added meanwhile.
-            DissentEmbedding.objects.filter(dissent_id__in=[d.pk for d in batch]).exclude(
-                model=model
-            ).delete()
-            created = DissentEmbedding.objects.bulk_create(
-                [
-                    DissentEmbedding(
-                        tenant_id=d.tenant_id,
-                        dissent_id=d.pk,
-                        agent_id=d.agent_id,
-                        embedding=v,
-                        model=model,
-                    )
-                    for d, v in zip(batch, vectors, strict=True)
-                ],
-                ignore_conflicts=True,
-            )
-        added += len(created)
+        added += derived_vectors_replace(
+            table=DissentEmbedding,
+            key="dissent_id",
+            rows=[
+                DissentEmbedding(
+                    tenant_id=d.tenant_id,
+                    dissent_id=d.pk,
+                    agent_id=d.agent_id,
+                    embedding=v,
+                    model=model,
+                )
+                for d, v in zip(batch, vectors, strict=True)
+            ],
+            model=model,
+        )
     return added
 
 
