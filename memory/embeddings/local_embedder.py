@@ -145,6 +145,7 @@ class LocalEmbedder:
         if self.model not in LOCAL_MODELS:
             raise ValueError(f"no local model {self.model!r}; the local models: {LOCAL_MODELS}")
         self.name = f"local:{self.model}"
+        self.file = model_file(self.model)
 
         options = onnxruntime.SessionOptions()
         # EMBEDDING_THREADS (default 1) unless the caller says: see config/settings.py.
@@ -157,7 +158,7 @@ class LocalEmbedder:
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session: Any = onnxruntime.InferenceSession(
-            str(model_file(self.model)), options, providers=["CPUExecutionProvider"]
+            str(self.file), options, providers=["CPUExecutionProvider"]
         )
         self._inputs = {node.name for node in self._session.get_inputs()}
         tokenizer = Tokenizer.from_file(str(_package_file(*_TOKENIZER_FILE)))

@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from memory.embeddings.local_embedder import LocalEmbedder, configured_model, model_file
+from memory.embeddings.local_embedder import LocalEmbedder
 
 
 class Command(BaseCommand):
@@ -19,4 +19,4 @@ class Command(BaseCommand):
             self.stdout.write(f"EMBEDDING_BACKEND={settings.EMBEDDING_BACKEND}: nothing to make")
             return
         embedder = LocalEmbedder()  # loads the file, so a broken one fails here, not at start
-        self.stdout.write(f"{embedder.name}: {model_file(configured_model())}")
+        self.stdout.write(f"{embedder.name}: {embedder.file}")
