@@ -120,12 +120,42 @@ def tenant_write_lock(tenant: Tenant) -> None:
 
 
 def tenant_write_lock_id(tenant_id: int) -> None:
-    """``tenant_write_lock`` by id; take several in ascending id order."""
+    """``tenant_write_lock`` by id; take several in ascending id order.
+
+    A transaction that holds the lock already does not ask PostgreSQL again: the writes of one
+    request take it three or four times (the service, the chain append, the trust recompute),
+    and under load every statement made while holding it lengthens every other writer's wait.
+    """
+    if _tenant_lock_held(tenant_id):
+        return
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('agent-memory:ledger:' || %s, 0))",
             [tenant_id],
         )
+    transaction.on_commit(TenantLockHeld(tenant_id))
+
+
+@dataclass(frozen=True)
+class TenantLockHeld:
+    """A commit hook that does nothing: its presence among the transaction's hooks says that the
+    transaction holds the tenant's lock. Django drops the hooks of a transaction that ends and
+    of a savepoint rolled back, exactly when PostgreSQL releases the locks taken in them, so the
+    mark lives as long as the lock. Outside a transaction Django runs the hook at once and keeps
+    nothing (the lock was released with the statement)."""
+
+    tenant_id: int
+
+    def __call__(self) -> None:
+        pass
+
+
+def _tenant_lock_held(tenant_id: int) -> bool:
+    # Django keeps (savepoint ids, hook, robust) per hook.
+    return connection.in_atomic_block and any(
+        isinstance(entry[1], TenantLockHeld) and entry[1].tenant_id == tenant_id
+        for entry in connection.run_on_commit
+    )
 
 
 def _lock_chain(tenant: Tenant) -> tuple[int, str]:
