@@ -173,9 +173,12 @@ def events_append(*, tenant: Tenant, drafts: Sequence[EventDraft]) -> list[Event
     """Append events to the tenant's chain, in order, atomically."""
     if not drafts:
         return []
-    with transaction.atomic():
+    # Before the lock: a payload refused here keeps no writer waiting.
+    payloads = _payloads_as_stored([draft.payload for draft in drafts])
+    # No savepoint inside a caller's transaction: an append that fails must fail the write it
+    # records (two statements fewer, made while holding the tenant's lock).
+    with transaction.atomic(savepoint=False):
         seq, prev_hash = _lock_chain(tenant)
-        payloads = _payloads_as_stored([draft.payload for draft in drafts])
         now = timezone.now()
         events = []
         for draft, payload in zip(drafts, payloads, strict=True):

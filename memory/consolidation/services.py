@@ -308,7 +308,8 @@ def content_embeddings_keep_planned(stored: Sequence[tuple[Memory, Consolidation
         if plan.content_vector is not None
     }
     if vectors:
-        content_embeddings_keep(vectors, model=embedder_name())
+        # No savepoint: these memories were inserted by this transaction, nobody can delete them.
+        _content_embeddings_upsert(vectors, model=embedder_name())
 
 
 def content_embeddings_keep(
@@ -319,26 +320,31 @@ def content_embeddings_keep(
     key is checked at once, so only this savepoint fails)."""
     if not vectors:
         return
-    rows = [
-        MemoryContentEmbedding(
-            memory_id=pk,
-            tenant_id=tenant_id,
-            content_hash=content_hash(content),
-            model=model,
-            embedding=vector,
-        )
-        for pk, (tenant_id, content, vector) in sorted(vectors.items())  # one lock order
-    ]
     try:
         with transaction.atomic():
-            MemoryContentEmbedding.objects.bulk_create(
-                rows,
-                update_conflicts=True,
-                unique_fields=["memory"],
-                update_fields=["content_hash", "model", "embedding"],
-            )
+            _content_embeddings_upsert(vectors, model=model)
     except IntegrityError:  # a memory deleted between the read and the insert
-        logger.info("content vectors of %d memories not kept: one was deleted", len(rows))
+        logger.info("content vectors of %d memories not kept: one was deleted", len(vectors))
+
+
+def _content_embeddings_upsert(
+    vectors: dict[int, tuple[int, str, list[float]]], *, model: str
+) -> None:
+    MemoryContentEmbedding.objects.bulk_create(
+        [
+            MemoryContentEmbedding(
+                memory_id=pk,
+                tenant_id=tenant_id,
+                content_hash=content_hash(content),
+                model=model,
+                embedding=vector,
+            )
+            for pk, (tenant_id, content, vector) in sorted(vectors.items())  # one lock order
+        ],
+        update_conflicts=True,
+        unique_fields=["memory"],
+        update_fields=["content_hash", "model", "embedding"],
+    )
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:

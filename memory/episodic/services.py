@@ -336,7 +336,9 @@ def memories_store(
         )
         for row, draft in zip(rows, drafts, strict=True)
     ]
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction, as in _memories_write: a supersession refused
+    # here refuses the whole store.
+    with transaction.atomic(savepoint=False):
         stored = _memories_write(agent=agent, rows=rows, actor=actor, histories=None)
         for memory, plan in zip(stored, plans, strict=True):
             memory.consolidation = supersessions_apply(
@@ -362,7 +364,8 @@ def _memories_write(
 ) -> list[Memory]:
     """Insert the rows (embedded by the caller, as far as the embedder could), their keys and
     their events. ``histories``: the rows are imported, and these are their recorded histories."""
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction: rows without their events must never commit.
+    with transaction.atomic(savepoint=False):
         tenant_write_lock(agent.tenant)
         stored = Memory.objects.bulk_create(rows)
         search_documents_refresh_around([_session_position(memory) for memory in stored])

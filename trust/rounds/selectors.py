@@ -77,7 +77,8 @@ def dissent_max_similarity(*, agent: Agent, vector: Sequence[float]) -> float | 
     from the HNSW index with iterative scans, so the agent filter cannot starve it however many
     other agents' dissents share the index.
     """
-    with transaction.atomic(), connection.cursor() as cursor:
+    # savepoint=False: see hnsw_scan_configure.
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         # Strict order: in relaxed order the first row of this agent that the index offers need
         # not be its nearest (bench/trust_bench.py found novelty off by up to 0.69 that way).
         hnsw_scan_configure(cursor, ef_search=NOVELTY_EF_SEARCH)

@@ -329,7 +329,9 @@ def dissent_log(
     citations = rubric_citations_canonical(tenant=agent.tenant, citations=rubric_citations)
     # Embedding is a network call: made before the lock, so writers never queue behind it.
     vectors, model = embed_or_none([text])
-    with transaction.atomic():
+    # No savepoint inside the request's transaction: nothing in here is refused, and a failure
+    # fails the request anyway (two statements fewer while holding the tenant's lock).
+    with transaction.atomic(savepoint=False):
         tenant_write_lock(agent.tenant)
         rubric_version = (
             RubricVersion.objects.filter(tenant=agent.tenant)
