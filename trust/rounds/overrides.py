@@ -60,7 +60,8 @@ def override_log(
     moment = now or timezone.now()
     texts_check(agent_output=agent_output, human_decision=human_decision)
     occurred = occurred_at_check(occurred_at, moment)
-    with transaction.atomic():
+    # No savepoint: as in dissent_log.
+    with transaction.atomic(savepoint=False):
         tenant_write_lock(agent.tenant)
         override = Override.objects.create(
             tenant=agent.tenant,
@@ -76,13 +77,6 @@ def override_log(
             decided_by=decided_by,
             auto_check_deadline=occurred + timedelta(hours=settings.OVERRIDE_CHECK_HOURS),
         )
-        event_append(
-            tenant=agent.tenant,
-            kind="override.logged",
-            actor=actor,
-            round_id=round_id,
-            payload=override_logged_payload(override),
-        )
         trust_recompute(
             tenant=agent.tenant,
             agent_ids=[agent.pk],
@@ -91,6 +85,14 @@ def override_log(
             causes={
                 agent.pk: {"override_ids": [override.pk], "by": decided_by, "round_id": round_id}
             },
+            preceded_by=[
+                EventDraft(
+                    kind="override.logged",
+                    actor=actor,
+                    round_id=round_id,
+                    payload=override_logged_payload(override),
+                )
+            ],
         )
     return override
 
