@@ -336,9 +336,10 @@ EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
 # Texts whose vectors each process keeps (about 3 kB each, float64): consolidation compares a new
 # memory with its neighbours by content, and the same neighbours come back store after store.
 EMBEDDING_CACHE_TEXTS = env_int("EMBEDDING_CACHE_TEXTS", 4096)
-# Niceness of the thread that embeds calls of more than one text (a batch store, consolidation,
-# the backfill) in each process; a search's query (one text) is embedded on its own request
-# thread at the process's priority, so an ingest in the same process gives way to searches.
+# Niceness of the thread that embeds calls of more than a few texts (a batch store, a batch's
+# consolidation, the backfill) in each process; a search's query, or one store's text, content
+# and neighbours, is embedded on its own request thread at the process's priority, so an ingest
+# in the same process gives way to searches (memory.embeddings.backends.CALLER_THREAD_MAX_TEXTS).
 # 0: every call on its caller's thread.
 EMBEDDING_BULK_NICENESS = env_int("EMBEDDING_BULK_NICENESS", 10)
 if not 0 <= EMBEDDING_BULK_NICENESS <= 19:

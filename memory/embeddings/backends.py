@@ -212,12 +212,20 @@ def embed_texts(texts: Sequence[str]) -> list[list[float]]:
     return vectors
 
 
+# Calls of up to this many texts run on the caller's thread: one request's own few, like a
+# store's text and then its content with its CONSOLIDATION_NEIGHBOURS (5) neighbours'. Sent to
+# the niced lane, that second call waited behind every busy thread of a loaded machine
+# (bench/load.py, 6 clients: consolidation p95 297 ms of the store's 384 ms).
+CALLER_THREAD_MAX_TEXTS = 8
+
+
 class BulkLane:
     """One thread per process, at ``EMBEDDING_BULK_NICENESS``, that runs the calls of more than
-    one text. On Linux a thread has its own niceness, so the kernel gives the cores to the
-    request threads first: a search's query embedding and SQL no longer queue behind a batch
-    store's texts in the same process (onnxruntime and the tokenizer release the GIL while they
-    compute). Bulk calls of one process run one at a time, leaving the other core to searches.
+    ``CALLER_THREAD_MAX_TEXTS`` texts. On Linux a thread has its own niceness, so the kernel
+    gives the cores to the request threads first: a search's query embedding and SQL no longer
+    queue behind a batch store's texts in the same process (onnxruntime and the tokenizer
+    release the GIL while they compute). Bulk calls of one process run one at a time, leaving
+    the other core to searches.
     """
 
     def __init__(self) -> None:
@@ -260,7 +268,7 @@ def _embedded(texts: list[str]) -> list[list[float]]:
     try:
         with embedder_timed(settings.EMBEDDING_BACKEND):
             model = embedder()
-            if len(texts) > 1:
+            if len(texts) > CALLER_THREAD_MAX_TEXTS:
                 vectors = _bulk_lane.run(lambda: model.embed(texts))
             else:
                 vectors = model.embed(texts)

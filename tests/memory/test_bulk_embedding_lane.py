@@ -1,5 +1,6 @@
-"""Calls of more than one text are embedded on a thread of lower CPU priority
-(``EMBEDDING_BULK_NICENESS``); a query's one text on the caller's thread."""
+"""Calls of more than ``CALLER_THREAD_MAX_TEXTS`` texts are embedded on a thread of lower CPU
+priority (``EMBEDDING_BULK_NICENESS``); a query's one text, or one store's few, on the caller's
+thread."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from memory.embeddings import backends
-from memory.embeddings.backends import EmbeddingUnavailable, embed_texts
+from memory.embeddings.backends import CALLER_THREAD_MAX_TEXTS, EmbeddingUnavailable, embed_texts
 
 
 class ThreadRecordingEmbedder:
@@ -39,26 +40,31 @@ def recording(monkeypatch, settings) -> ThreadRecordingEmbedder:
     return spy
 
 
-def test_a_batch_is_embedded_on_a_niced_thread_and_a_query_on_its_own(recording, settings):
+def memories(count: int) -> list[str]:
+    return [f"memory {n}" for n in range(count)]
+
+
+def test_a_batch_is_embedded_on_a_niced_thread_and_a_request_s_few_on_its_own(recording, settings):
     settings.EMBEDDING_BULK_NICENESS = 10
     caller = threading.get_native_id()
     own = os.getpriority(os.PRIO_PROCESS, caller)
 
     embed_texts(["one query"])
-    embed_texts(["first memory", "second memory"])
+    embed_texts(memories(CALLER_THREAD_MAX_TEXTS))  # a store's content and its neighbours'
+    embed_texts(memories(CALLER_THREAD_MAX_TEXTS + 1))
 
-    (query_thread, query_niceness, _), (bulk_thread, bulk_niceness, texts) = recording.calls
-    assert (query_thread, query_niceness) == (caller, own)
+    query, few, (bulk_thread, bulk_niceness, texts) = recording.calls
+    assert query[:2] == few[:2] == (caller, own)
     assert bulk_thread != caller
     assert bulk_niceness == max(10, own)
-    assert texts == 2
+    assert texts == CALLER_THREAD_MAX_TEXTS + 1
     assert os.getpriority(os.PRIO_PROCESS, caller) == own  # the caller keeps its priority
 
 
 def test_niceness_zero_embeds_everything_on_the_callers_thread(recording, settings):
     settings.EMBEDDING_BULK_NICENESS = 0
 
-    embed_texts(["first memory", "second memory"])
+    embed_texts(memories(CALLER_THREAD_MAX_TEXTS + 1))
 
     assert recording.calls[0][0] == threading.get_native_id()
 
@@ -70,4 +76,4 @@ def test_a_failure_on_the_bulk_thread_reaches_the_caller_as_an_outage(monkeypatc
     monkeypatch.setattr(backends, "embedder", lambda: spy)
 
     with pytest.raises(EmbeddingUnavailable, match="the model broke"):
-        embed_texts(["first memory", "second memory"])
+        embed_texts(memories(CALLER_THREAD_MAX_TEXTS + 1))
