@@ -221,8 +221,11 @@ class Event(models.Model):
             models.Index(fields=["tenant", "kind", "seq"], name="event_kind_seq"),
             models.Index(fields=["tenant", "actor", "seq"], name="event_actor_seq"),
             models.Index(fields=["tenant", "round_id", "seq"], name="event_round_seq"),
-            # Keyword lookups of memory search over the audit log (btree_gin, memory/0004).
-            GinIndex(fields=["tenant", "search_words"], name="event_search_words"),
+            # Keyword lookups of memory search over the audit log (btree_gin, memory/0004),
+            # written in place: see memory.episodic.models.Memory's indexes.
+            GinIndex(
+                fields=["tenant", "search_words"], name="event_search_words", fastupdate=False
+            ),
             # The review pages read reviewers' confirmations by override id, a page of rows at a
             # time (trust.rounds.selectors.override_confirmations): only those events, keyed by
             # the id as text, so the lookup does not scan every confirmation of the tenant.

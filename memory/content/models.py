@@ -73,7 +73,8 @@ class ContentItem(models.Model):
                 fields=["tenant", "agent", "run_id", "action_type"], name="contentitem_action"
             ),
             models.Index(fields=["tenant", "timestamp"], name="contentitem_time"),
-            GinIndex(fields=["tags"], name="contentitem_tags"),
+            # Written in place: see memory.episodic.models.Memory's indexes.
+            GinIndex(fields=["tags"], name="contentitem_tags", fastupdate=False),
         ]
 
     def __str__(self) -> str:

@@ -87,7 +87,10 @@ class KnowledgeChunk(models.Model):
         indexes = [
             # btree_gin puts the tenant in the same index: a keyword lookup reads one tenant's
             # postings.
-            GinIndex(fields=["tenant", "search_vector"], name="kbchunk_search_vector"),
+            # Written in place: see memory.episodic.models.Memory's indexes.
+            GinIndex(
+                fields=["tenant", "search_vector"], name="kbchunk_search_vector", fastupdate=False
+            ),
             HnswIndex(
                 name="kbchunk_embedding_hnsw",
                 fields=["embedding"],
