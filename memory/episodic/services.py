@@ -52,7 +52,11 @@ from memory.episodic.models import speaker_of
 from memory.episodic.sealing import key_new, seal
 from memory.episodic.speakers import sessions_speakers
 from memory.models import Memory, MemoryKey, MemoryRole
-from memory.search.keyword_index import SessionPosition, search_documents_refresh_around
+from memory.search.keyword_index import (
+    SessionPosition,
+    search_documents_refresh_after_insert,
+    search_documents_refresh_around,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -368,7 +372,7 @@ def _memories_write(
     with transaction.atomic(savepoint=False):
         tenant_write_lock(agent.tenant)
         stored = Memory.objects.bulk_create(rows)
-        search_documents_refresh_around([_session_position(memory) for memory in stored])
+        search_documents_refresh_after_insert([_session_position(memory) for memory in stored])
         keys = [MemoryKey(memory_id=m.pk, tenant_id=m.tenant_id, key=key_new()) for m in stored]
         MemoryKey.objects.bulk_create(keys)
         events_append(

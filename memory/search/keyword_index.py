@@ -3,11 +3,11 @@
 A memory's document is its own line, prefixed by its date and weighted A ("[8 May 2023] Caroline:
 ..."), plus up to two lines before and two after it in its session. Questions often name what a
 neighbouring turn said (LoCoMo dev: R@10 0.68 -> 0.76 from this window alone, see
-docs/retrieval-research.md), so a document changes when neighbours arrive, change or leave; the
-services below recompute exactly the affected documents in the writer's transaction. The weight
-tells a memory's own words from its neighbours' (search counts only its own as evidence enough to
-pass the similarity threshold). The BM25
-statistics follow through triggers (migration memory/0004).
+docs/retrieval-research.md), so a document changes when neighbours arrive, change or leave. A
+memory gets its document as it is inserted (a trigger, migration memory/0024); the services below
+recompute exactly the other affected documents in the writer's transaction. The weight tells a
+memory's own words from its neighbours' (search counts only its own as evidence enough to pass
+the similarity threshold). The BM25 statistics follow through triggers (migration memory/0004).
 """
 
 from __future__ import annotations
@@ -19,43 +19,23 @@ from django.db import connection
 
 from config.sql import rows_named
 
-# Each target's document from its window. Rows another transaction holds (a lifecycle job archiving
-# them, an update in flight) are skipped rather than waited for: this runs under the tenant's
-# ledger lock, and waiting there for a row lock could deadlock with that holder. A skipped
-# neighbour keeps its previous window, which still includes its own text.
+# Each target's document from its window (memory_search_document, migration memory/0024). Rows
+# another transaction holds (a lifecycle job archiving them, an update in flight) are skipped
+# rather than waited for: this runs under the tenant's ledger lock, and waiting there for a row
+# lock could deadlock with that holder. A skipped neighbour keeps its previous window, which
+# still includes its own text.
 REFRESH_SQL = """
 WITH targets AS (
     SELECT id FROM memory_memory WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE SKIP LOCKED
 ),
 documents AS (
     SELECT m.id,
-        setweight(to_tsvector('english',
-            '[' || to_char(m.occurred_at AT TIME ZONE 'UTC', 'FMDD FMMonth YYYY') || '] '
-            || memory_search_line(m.metadata, m.speaker, m.role, m.content)), 'A')
-        || to_tsvector('english', concat_ws(' ', before.lines, after.lines)) AS tsv
+           memory_search_document(m.tenant_id, m.agent_id, m.session_id, m.occurred_at, m.id,
+                                  m.metadata, m.speaker, m.role, m.content) AS tsv
     FROM targets JOIN memory_memory AS m USING (id)
-    LEFT JOIN LATERAL (
-        SELECT string_agg(line, ' ' ORDER BY occurred_at, id) AS lines FROM (
-            SELECT p.occurred_at, p.id,
-                   memory_search_line(p.metadata, p.speaker, p.role, p.content) AS line
-            FROM memory_memory AS p
-            WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
-              AND p.session_id = m.session_id AND (p.occurred_at, p.id) < (m.occurred_at, m.id)
-            ORDER BY p.occurred_at DESC, p.id DESC LIMIT 2) AS window_rows
-    ) AS before ON true
-    LEFT JOIN LATERAL (
-        SELECT string_agg(line, ' ' ORDER BY occurred_at, id) AS lines FROM (
-            SELECT p.occurred_at, p.id,
-                   memory_search_line(p.metadata, p.speaker, p.role, p.content) AS line
-            FROM memory_memory AS p
-            WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
-              AND p.session_id = m.session_id AND (p.occurred_at, p.id) > (m.occurred_at, m.id)
-            ORDER BY p.occurred_at, p.id LIMIT 2) AS window_rows
-    ) AS after ON true
 )
 UPDATE memory_memory AS m
-SET search_vector = d.tsv,
-    search_length = (SELECT coalesce(sum(array_length(u.positions, 1)), 0) FROM unnest(d.tsv) AS u)
+SET search_vector = d.tsv, search_length = memory_search_length(d.tsv)
 FROM documents AS d WHERE m.id = d.id
 """
 
@@ -87,7 +67,8 @@ SessionPosition = tuple[int, int, str, datetime, int]
 
 def session_neighbours(positions: Iterable[SessionPosition]) -> set[int]:
     """Ids of the memories within two places of these positions in their sessions."""
-    rows = list(positions)
+    # A memory without a session has no neighbours: no statement for it.
+    rows = [position for position in positions if position[2]]
     if not rows:
         return set()
     columns = list(zip(*rows, strict=True))
@@ -114,7 +95,14 @@ def search_documents_refresh(memory_ids: Sequence[int]) -> None:
 
 
 def search_documents_refresh_around(positions: Sequence[SessionPosition]) -> None:
-    """After memories were written at these positions (stored, edited or gone): recompute their
-    own documents, where they still exist, and those of the neighbours whose window holds them."""
+    """After memories were written at these positions (edited or gone): recompute their own
+    documents, where they still exist, and those of the neighbours whose window holds them."""
     own = [position[4] for position in positions]
     search_documents_refresh(sorted(session_neighbours(positions) | set(own)))
+
+
+def search_documents_refresh_after_insert(positions: Sequence[SessionPosition]) -> None:
+    """After memories were inserted at these positions: each got its document as it was
+    inserted, so only the neighbours whose window now holds one are recomputed (among them any
+    new memory beside another new one, which its insert may not have seen)."""
+    search_documents_refresh(sorted(session_neighbours(positions)))

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ledger.models import Role
@@ -125,6 +126,43 @@ def test_the_window_follows_later_turns_edits_and_deletions(agent):
     memory_delete(memory=second, actor="system")
     assert "bravo" not in lexemes(first)
     assert "delta" in lexemes(first)
+
+
+def documents_recomputed_differ(agent) -> list[int]:
+    """Ids of the agent's memories whose stored document or length is not their window's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM ("
+            " SELECT id, search_vector, search_length,"
+            "  memory_search_document(tenant_id, agent_id, session_id, occurred_at, id,"
+            "                         metadata, speaker, role, content) AS recomputed"
+            " FROM memory_memory WHERE agent_id = %s) AS d"
+            " WHERE search_vector IS DISTINCT FROM recomputed"
+            "  OR search_length <> memory_search_length(recomputed)",
+            [agent.pk],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_every_document_a_store_leaves_is_its_window(agent):
+    store(agent, "alpha apples", "bravo bananas", "charlie cherries", "delta dates")
+    store(agent, "kiwi in between", start=DAY + timedelta(seconds=90))  # between two turns
+    store(agent, "before them all", start=DAY - timedelta(minutes=5))
+    store(agent, "a batch", "of turns", "after the rest", start=DAY + timedelta(minutes=10))
+    store(agent, "no session at all", session="")
+
+    assert documents_recomputed_differ(agent) == []
+    assert {"kiwi", "appl"} <= lexemes(Memory.objects.get(content="alpha apples"))
+
+
+def test_a_memory_stored_alone_is_written_once(agent):
+    store(agent, "an earlier note", session="")
+
+    with CaptureQueriesContext(connection) as queries:
+        (memory,) = store(agent, "a note without a session", session="")
+
+    assert not [q["sql"] for q in queries if "UPDATE memory_memory" in q["sql"]]
+    assert {"note", "session"} <= lexemes(memory)
 
 
 def test_bm25_statistics_stay_exact_through_every_kind_of_write(agent, other_agent):
