@@ -5,19 +5,9 @@ not rebuilt; the entries already pending are merged now."""
 import django.contrib.postgres.indexes
 from django.db import migrations
 
+from config.migration_sql import gin_written_in_place
+
 INDEXES = ["event_search_words"]
-
-
-def _in_place(names: list[str]) -> str:
-    return "".join(
-        f"ALTER INDEX {name} SET (fastupdate = off);"
-        f" SELECT gin_clean_pending_list('{name}'::regclass);"
-        for name in names
-    )
-
-
-def _queued(names: list[str]) -> str:
-    return "".join(f"ALTER INDEX {name} RESET (fastupdate);" for name in names)
 
 
 class Migration(migrations.Migration):
@@ -28,7 +18,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.SeparateDatabaseAndState(
             database_operations=[
-                migrations.RunSQL(_in_place(INDEXES), reverse_sql=_queued(INDEXES)),
+                gin_written_in_place(*INDEXES),
             ],
             state_operations=[
                 migrations.RemoveIndex(

@@ -6,6 +6,8 @@ import django.contrib.postgres.fields
 import django.contrib.postgres.indexes
 from django.db import migrations, models
 
+from config.migration_sql import gin_written_in_place
+
 INDEXES = [
     "contentitem_tags",
     "kbchunk_search_vector",
@@ -13,18 +15,6 @@ INDEXES = [
     "memory_agent_lexemes",
     "memory_metadata",
 ]
-
-
-def _in_place(names: list[str]) -> str:
-    return "".join(
-        f"ALTER INDEX {name} SET (fastupdate = off);"
-        f" SELECT gin_clean_pending_list('{name}'::regclass);"
-        for name in names
-    )
-
-
-def _queued(names: list[str]) -> str:
-    return "".join(f"ALTER INDEX {name} RESET (fastupdate);" for name in names)
 
 
 class Migration(migrations.Migration):
@@ -36,7 +26,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.SeparateDatabaseAndState(
             database_operations=[
-                migrations.RunSQL(_in_place(INDEXES), reverse_sql=_queued(INDEXES)),
+                gin_written_in_place(*INDEXES),
             ],
             state_operations=[
                 migrations.RemoveIndex(
