@@ -20,14 +20,15 @@ Two passes: the service's default weights, and relevance only (similarity 1, rec
 and source priority 0). ``--no-speaker`` stores the turns without speaker metadata (content only,
 as many clients store memories). ``--mixed-ingest N`` adds a third pass: the default-weights
 searches again while another client stores LoCoMo turns for another agent at N memories/s
-(batches of ``--mixed-batch``), with the embedder's own rate on the same texts measured in
-process just before, so the ingest's share of it and the search latency under ingest print
-next to the quiet pass's. A Celery worker runs beside gunicorn as under ``make up`` (a batch's
-consolidation and the events' embeddings are its work); the searches start once it is idle, and
-the mixed pass prints when it became idle after the ingest. Metrics as in
-docs/retrieval-research.md (same evidence clean-up, printed below): R@1/5/10, MRR, nDCG@10,
-overall and per category; latency is the client's HTTP round trip (query embedding included),
-next to the server's own took_ms. Targets: R@10 >= 0.80, p95 <= 50 ms.
+(batches of ``--mixed-batch``, each sent when it is due by one of ``--mixed-connections``
+connections, as an ingest pipeline's workers would), with the embedder's own rate on the same
+texts measured in process just before, so the ingest's share of it and the search latency under
+ingest print next to the quiet pass's. A Celery worker runs beside gunicorn as under
+``make up`` (a batch's consolidation and the events' embeddings are its work); the searches
+start once it is idle, and the mixed pass prints when it became idle after the ingest. Metrics
+as in docs/retrieval-research.md (same evidence clean-up, printed below): R@1/5/10, MRR,
+nDCG@10, overall and per category; latency is the client's HTTP round trip (query embedding
+included), next to the server's own took_ms. Targets: R@10 >= 0.80, p95 <= 50 ms.
 """
 
 from __future__ import annotations
@@ -171,45 +172,76 @@ def run_pass(
     return result
 
 
-class Ingest(threading.Thread):
-    """Stores memories for one agent at a steady rate through the batch API, on its own
-    connection, until stopped; keeps what it stored and how long each request took."""
+class Ingest:
+    """Stores memories for one agent through the batch API at a steady offered rate until
+    stopped: batch n is due ``n * batch / rate`` seconds after the start, and is sent then by
+    whichever of ``connections`` clients is free (so a batch answered slower than its interval
+    does not slow the next ones, as it would with one client waiting for each answer; with
+    every client busy, batches wait for one). Keeps what it stored and how long each request
+    took."""
 
     def __init__(
-        self, api: ApiClient, agent: str, items: list[dict[str, Any]], rate: float, batch: int
+        self,
+        stack: Any,
+        key: str,
+        agent: str,
+        items: list[dict[str, Any]],
+        rate: float,
+        batch: int,
+        connections: int,
     ) -> None:
-        super().__init__(daemon=True)
-        self.api, self.agent, self.items, self.batch = api, agent, items, batch
+        self.agent, self.items, self.batch = agent, items, batch
         self.interval = batch / rate
         self.halt = threading.Event()
         self.stored = 0
         self.request_ms: list[float] = []
         self.seconds = 0.0
         self.failures = 0
+        self._next = 0
+        self._lock = threading.Lock()
+        self._clients = [
+            threading.Thread(target=self._client, args=(stack.client(key),), daemon=True)
+            for _ in range(connections)
+        ]
 
-    def run(self) -> None:
-        started = time.perf_counter()
-        offset = 0
-        next_at = started
-        while not self.halt.is_set():
-            # Each text once, never one the server embedded before: its vector cache holds
-            # the conversations stored for the searches, and a repeated text costs nothing.
-            chunk = [
-                ingest_copy(self.items[(offset + k) % len(self.items)], offset + k)
-                for k in range(self.batch)
-            ]
-            offset += self.batch
-            status, _, elapsed = self.api.post(
-                "/api/v1/memories/batch/", {"agent": self.agent, "memories": chunk}
-            )
-            if status == 201:
-                self.stored += len(chunk)
-                self.request_ms.append(elapsed)
-            else:
-                self.failures += 1
-            next_at += self.interval
-            self.halt.wait(max(0.0, next_at - time.perf_counter()))
-        self.seconds = time.perf_counter() - started
+    def start(self) -> None:
+        self._started = time.perf_counter()
+        for client in self._clients:
+            client.start()
+
+    def stop(self) -> None:
+        self.halt.set()
+        for client in self._clients:
+            client.join()
+        self.seconds = time.perf_counter() - self._started
+
+    def _client(self, api: ApiClient) -> None:
+        try:
+            while True:
+                with self._lock:
+                    number, self._next = self._next, self._next + 1
+                if self.halt.wait(
+                    max(0.0, self._started + number * self.interval - time.perf_counter())
+                ):
+                    return
+                # Each text once, never one the server embedded before: its vector cache holds
+                # the conversations stored for the searches, and a repeated text costs nothing.
+                offset = number * self.batch
+                chunk = [
+                    ingest_copy(self.items[(offset + k) % len(self.items)], offset + k)
+                    for k in range(self.batch)
+                ]
+                status, _, elapsed = api.post(
+                    "/api/v1/memories/batch/", {"agent": self.agent, "memories": chunk}
+                )
+                with self._lock:
+                    if status == 201:
+                        self.stored += len(chunk)
+                        self.request_ms.append(elapsed)
+                    else:
+                        self.failures += 1
+        finally:
+            api.close()
 
 
 def ingest_copy(item: dict[str, Any], number: int) -> dict[str, Any]:
@@ -299,25 +331,26 @@ def mixed_pass(
         if "occurred_at" in draft
     ]
     raw = raw_embedder_rate(items, args.mixed_batch)
-    ingest_api = stack.client(api.key)
-    status, body, _ = ingest_api.post("/api/v1/agents/", {"name": "ingest"})
+    status, body, _ = api.post("/api/v1/agents/", {"name": "ingest"})
     expect(status, body, 201, "creating the ingest agent")
-    ingest = Ingest(ingest_api, "ingest", items, args.mixed_ingest, args.mixed_batch)
+    ingest = Ingest(
+        stack, api.key, "ingest", items, args.mixed_ingest, args.mixed_batch,
+        args.mixed_connections,
+    )  # fmt: skip
     ingest.start()
     time.sleep(2.0)  # the ingest reaches its pace before the searches start
     name = f"default weights, {args.mixed_ingest:.0f} memories/s ingest running"
     try:
         result = run_pass(api, convs, agents, name, None)
     finally:
-        ingest.halt.set()
-        ingest.join()
-        ingest_api.close()
+        ingest.stop()
     drained = background_drained()
     report(result, None)
     achieved = ingest.stored / ingest.seconds
     print(
         f"ingest during the pass: {ingest.stored} memories in {ingest.seconds:.1f} s = "
-        f"{achieved:.0f}/s (asked {args.mixed_ingest:.0f}/s, {ingest.failures} failed requests; "
+        f"{achieved:.0f}/s (asked {args.mixed_ingest:.0f}/s on up to {args.mixed_connections} "
+        f"connections, {ingest.failures} failed requests; "
         f"request p50 {statistics.median(ingest.request_ms):.0f} ms, p95 "
         f"{percentile(ingest.request_ms, 0.95):.0f} ms); the embedder alone on the same texts "
         f"in batches of {args.mixed_batch}: {raw:.0f}/s, so the ingest ran at "
@@ -355,6 +388,12 @@ def main() -> None:
         help="memories/s stored during a third search pass (0: no such pass)",
     )
     parser.add_argument("--mixed-batch", type=int, default=10, help="memories per ingest request")
+    parser.add_argument(
+        "--mixed-connections",
+        type=int,
+        default=4,
+        help="the ingest's clients: batches sent at once at most (an ingest pipeline's workers)",
+    )
     json_option_add(parser)
     args = parser.parse_args()
     with bench_summary(as_json=args.json, name="locomo_api") as summary:
