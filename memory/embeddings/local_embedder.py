@@ -20,7 +20,6 @@ normalisation, so cosine distance in pgvector equals 1 - dot product.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import importlib.util
 import logging
 import os
@@ -86,14 +85,16 @@ def model_file(model: str) -> Path:
 def requantized(source: Path, folder: Path) -> Path:
     """``source`` with onnxruntime's dynamic int8 quantization, kept in ``folder``.
 
-    The file is named after the source's digest and onnxruntime's version, so an upgrade of
-    either makes it again. Processes starting together (web workers, Celery) take a lock on the
+    The file is named after the source's size and modification time (a stat, not a read of its
+    23 MB at every process start) and onnxruntime's version, so a new wheel of either makes it
+    again. Processes starting together (web workers, Celery) take a lock on the
     folder: one writes the file, the others wait and read it. About 3 seconds, once.
     """
     import onnxruntime
 
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-    target = folder / f"{MODEL_NAME}-{digest}-onnxruntime-{onnxruntime.__version__}.onnx"
+    stat = source.stat()
+    version = f"{stat.st_size}-{stat.st_mtime_ns}"
+    target = folder / f"{MODEL_NAME}-{version}-onnxruntime-{onnxruntime.__version__}.onnx"
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)

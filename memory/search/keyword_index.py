@@ -40,6 +40,7 @@ FROM documents AS d WHERE m.id = d.id
 """
 
 # The rows whose window contains a given position of a session: two on each side of it.
+# Positions without a session are left out before (session_neighbours).
 NEIGHBOURS_SQL = """
 SELECT DISTINCT n.id
 FROM unnest(%(tenants)s::bigint[], %(agents)s::bigint[], %(sessions)s::text[],
@@ -58,7 +59,6 @@ CROSS JOIN LATERAL (
        AND (p.occurred_at, p.id) > (at_position.occurred_at, at_position.id)
      ORDER BY p.occurred_at, p.id LIMIT 2)
 ) AS n
-WHERE at_position.session_id <> ''
 """
 
 SessionPosition = tuple[int, int, str, datetime, int]
