@@ -115,7 +115,9 @@ def test_tables_not_made_yet_pass():
     assert checks.database_problems(columns=[("not_migrated_yet", "embedding", 768)]) == []
 
 
-def _start(command: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _start(
+    command: list[str], tmp_path: Path, **overrides: str
+) -> subprocess.CompletedProcess[str]:
     # Nothing to reach: the settings check alone must stop them, and the unreachable database
     # must not (an outage is no mismatch).
     env = {
@@ -125,6 +127,7 @@ def _start(command: list[str], tmp_path: Path) -> subprocess.CompletedProcess[st
         "DATABASE_URL": "postgresql://nobody:nothing@127.0.0.1:9/nothing",
         "REDIS_URL": "redis://127.0.0.1:9/0",
         "DJANGO_SETTINGS_MODULE": "config.settings",
+        **overrides,
     }
     return subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
@@ -138,6 +141,20 @@ def test_gunicorn_and_runserver_stop_at_loading_the_application(tmp_path):
     assert result.returncode != 0
     assert "refuses to start" in result.stderr
     assert "EMBEDDING_DIMENSIONS=768" in result.stderr
+
+
+@pytest.mark.slow
+def test_web_processes_hand_pythons_lock_over_within_a_millisecond(tmp_path):
+    # A search beside a batch store in the same process waits for the lock at every return from
+    # the database or the embedder (config/wsgi.py).
+    result = _start(
+        [sys.executable, "-c", "import sys, config.wsgi; print(sys.getswitchinterval())"],
+        tmp_path,
+        EMBEDDING_DIMENSIONS="384",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.split()[-1]) == pytest.approx(0.001)
 
 
 @pytest.mark.slow
