@@ -38,6 +38,7 @@ import os
 import statistics
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,7 @@ class Ingest:
         self.stored = 0
         self.request_ms: list[float] = []
         self.seconds = 0.0
-        self.failures = 0
+        self.failures: Counter[str] = Counter()  # "status: error code" of each failed request
         self._next = 0
         self._lock = threading.Lock()
         self._clients = [
@@ -231,7 +232,7 @@ class Ingest:
                     ingest_copy(self.items[(offset + k) % len(self.items)], offset + k)
                     for k in range(self.batch)
                 ]
-                status, _, elapsed = api.post(
+                status, body, elapsed = api.post(
                     "/api/v1/memories/batch/", {"agent": self.agent, "memories": chunk}
                 )
                 with self._lock:
@@ -239,7 +240,9 @@ class Ingest:
                         self.stored += len(chunk)
                         self.request_ms.append(elapsed)
                     else:
-                        self.failures += 1
+                        error = body.get("error") if isinstance(body, dict) else None
+                        code = error.get("code", "") if isinstance(error, dict) else ""
+                        self.failures[f"{status} {code}".strip()] += 1
         finally:
             api.close()
 
@@ -350,7 +353,8 @@ def mixed_pass(
     print(
         f"ingest during the pass: {ingest.stored} memories in {ingest.seconds:.1f} s = "
         f"{achieved:.0f}/s (asked {args.mixed_ingest:.0f}/s on up to {args.mixed_connections} "
-        f"connections, {ingest.failures} failed requests; "
+        f"connections, {sum(ingest.failures.values())} failed requests "
+        f"{dict(ingest.failures) or ''}; "
         f"request p50 {statistics.median(ingest.request_ms):.0f} ms, p95 "
         f"{percentile(ingest.request_ms, 0.95):.0f} ms); the embedder alone on the same texts "
         f"in batches of {args.mixed_batch}: {raw:.0f}/s, so the ingest ran at "
@@ -375,7 +379,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=ROOT / "var" / "bench-locomo-api")
     parser.add_argument("--conversations", help="comma-separated sample ids (default: all)")
     parser.add_argument("--limit-questions", type=int, help="about N questions in all")
-    parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="gunicorn worker processes (2, as make up runs)"
+    )
     parser.add_argument("--batch", type=int, default=1000, help="memories per batch request")
     parser.add_argument("--keep", action="store_true", help="keep the data folder afterwards")
     parser.add_argument(
