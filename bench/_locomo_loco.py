@@ -37,11 +37,13 @@ from _locomo import CATEGORIES, Conversation, MetricSums, memory_drafts, ranking
 # and feedback_weight 0 in every fold, and time_boost at its edge (0.2): the grid now holds
 # those two at the chosen values (still varied with --loco-knobs + GRID_MORE) and widens
 # time_boost.
+# question_penalty joined on 2026-12-05 (a third of the top 10 were turns asking a question).
 GRID: dict[str, tuple[Any, ...]] = {
     "dense_weight": (0.5, 0.4, 0.6),
     "time_boost": (0.0, 0.2, 0.4),
     "period_boost": (0.0, 0.2),
     "relevance_gate": (False, True),
+    "question_penalty": (0.0, 0.04, 0.08, 0.12, 0.16, 0.2, 0.24),
 }
 # Not tuned: the relevance gate is what issue 22 asks for (no filler results, measured by
 # bench/search_distractors.py); the choice is made among the settings with it on, and the
@@ -63,6 +65,7 @@ def label(knobs: dict[str, Any]) -> str:
         "time_boost": "tb",
         "period_boost": "pb",
         "relevance_gate": "gate",
+        "question_penalty": "qp",
         "feedback_weight": "fb",
         "feedback_docs": "fbk",
     }

@@ -87,6 +87,10 @@ KEYWORD_LEG = """
     WHERE {where} LIMIT %(keyword_k)s"""
 NO_ROWS = "SELECT NULL::bigint AS id WHERE false"
 
+# A memory whose text ends with a question (ranking.RankingKnobs.question_penalty): "?", then
+# perhaps closing quotes or brackets and one trailing bracketed note ("[shares a photo of ...]").
+QUESTION_SQL_PATTERN = r"\?[\s\"'\u201d\u2019)]*(\[[^]]*\]\s*)?$"
+
 # One round trip: the candidates of both legs, each with what ranks it (the text and the other
 # details are read for the top K only, MEMORY_DETAILS_SQL): its cosine (keyword-only ones too: the
 # research lost 0.03 R@10 without it), its Okapi BM25 from its tsvector positions and the
@@ -117,7 +121,8 @@ SELECT m.id, extract(epoch FROM m.occurred_at)::float8 AS occurred_epoch, m.cont
            JOIN query_terms AS q ON q.lexeme = u.lexeme
        ), 0) AS keyword,
        before.id AS previous_id, after.id AS next_id,
-       {own_match} AS own_match, {mentions_time} AS mentions_time
+       {own_match} AS own_match, {mentions_time} AS mentions_time,
+       m.content ~ %(question_pattern)s AS asks_question
 FROM memory_memory AS m
 -- The keyword document lives out of line (TOAST): every function given m.search_vector would
 -- fetch and copy it again. The lateral copy fetches it once per candidate for both uses.
@@ -502,6 +507,7 @@ def memory_candidates_query(
         "week": SECONDS_PER_WEEK,
         **filters.sql()[1],
         "time_pattern": TIME_EXPRESSION_SQL_PATTERN,
+        "question_pattern": QUESTION_SQL_PATTERN,
     }
     dense = (
         dense_leg_sql(
@@ -568,6 +574,7 @@ def memory_candidates(
             next_id=row.next_id,
             own_match=bool(row.own_match),
             mentions_time=bool(row.mentions_time),
+            asks_question=bool(row.asks_question),
         )
         for row in rows
     ]

@@ -44,7 +44,17 @@ NOW = datetime(2026, 11, 26, tzinfo=UTC)
 
 
 def candidate(
-    id_, *, cosine, keyword, age_days=0, importance=0.5, mentions_time=False, source=None
+    id_,
+    *,
+    cosine,
+    keyword,
+    age_days=0,
+    importance=0.5,
+    mentions_time=False,
+    source=None,
+    asks_question=False,
+    previous_id=None,
+    next_id=None,
 ):
     return ranking.Candidate(
         source=source or ranking.AGENT_MEMORY,
@@ -57,6 +67,9 @@ def candidate(
         content_hash=str(id_),
         details={},
         mentions_time=mentions_time,
+        asks_question=asks_question,
+        previous_id=previous_id,
+        next_id=next_id,
     )
 
 
@@ -111,6 +124,31 @@ def test_a_question_asking_when_lifts_the_memory_that_names_a_time():
     assert dated.relevance > plain.relevance
     ranking.fuse([plain, dated, unrelated], knobs, QueryTime(asks_when=False))
     assert dated.relevance < plain.relevance
+
+
+def test_a_question_ranks_below_its_answer_and_still_lifts_it():
+    # "What pet do you have?" matches the query best; "A pup and a kitty." is its answer.
+    def session():
+        return [
+            candidate(1, cosine=0.60, keyword=1.6, asks_question=True, next_id=2),
+            candidate(2, cosine=0.55, keyword=1.4, previous_id=1),
+            candidate(3, cosine=0.52, keyword=1.3),
+            candidate(4, cosine=0.10, keyword=0.0),
+        ]
+
+    plain = session()
+    ranking.fuse(plain, ranking.RankingKnobs(question_penalty=0.0), QueryTime())
+    penalised = session()
+    ranking.fuse(penalised, ranking.RankingKnobs(question_penalty=0.12), QueryTime())
+    question, answer, other, _unrelated = penalised
+    assert question.relevance == pytest.approx(plain[0].relevance - 0.12)
+    # The answer keeps the lift its question's whole evidence gives it, so it outranks both.
+    assert answer.relevance == pytest.approx(plain[1].relevance)
+    assert answer.relevance > question.relevance
+    assert answer.relevance > other.relevance
+    # Never below 0: a relevance stays a share.
+    ranking.fuse(penalised, ranking.RankingKnobs(question_penalty=1.0), QueryTime())
+    assert question.relevance == 0.0
 
 
 def test_a_named_period_lifts_the_memories_that_occurred_in_it():

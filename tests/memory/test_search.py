@@ -632,6 +632,34 @@ def test_a_question_asking_when_marks_the_memories_that_name_a_time(agent):
     )
 
 
+def test_candidates_that_ask_a_question_are_marked(agent):
+    from memory.search.legs import memory_candidates
+    from memory.search.temporal import query_time
+
+    texts = {
+        "What pet do you have?": True,
+        "Do you like it? [shares a photo of a dog on a sofa]": True,
+        'She asked "Is the pet far?"': True,
+        "He said \u201cIs that your pet?\u201d": True,
+        "Why the pet? I wondered, then we got a dog.": False,
+        "We got a pet [a dog?] last week.": False,
+    }
+    stored = store(agent, *texts)
+    now = timezone.now()
+    marks = {
+        c.id: c.asks_question
+        for c in memory_candidates(
+            agent=agent,
+            query="pet dog",
+            vector=None,
+            filters=MemoryFilter(),
+            now=now,
+            when=query_time("pet dog", now),
+        )
+    }
+    assert marks == {memory.pk: asks for memory, asks in zip(stored, texts.values(), strict=True)}
+
+
 def test_the_time_boost_ranks_the_dated_memory_first_for_a_when_question(agent, settings):
     dated, plain = store(
         agent,
