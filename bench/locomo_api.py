@@ -353,8 +353,8 @@ def mixed_pass(
     print(
         f"ingest during the pass: {ingest.stored} memories in {ingest.seconds:.1f} s = "
         f"{achieved:.0f}/s (asked {args.mixed_ingest:.0f}/s on up to {args.mixed_connections} "
-        f"connections, {sum(ingest.failures.values())} failed requests "
-        f"{dict(ingest.failures) or ''}; "
+        f"connections, {sum(ingest.failures.values())} failed requests"
+        f"{f' {dict(ingest.failures)}' if ingest.failures else ''}; "
         f"request p50 {statistics.median(ingest.request_ms):.0f} ms, p95 "
         f"{percentile(ingest.request_ms, 0.95):.0f} ms); the embedder alone on the same texts "
         f"in batches of {args.mixed_batch}: {raw:.0f}/s, so the ingest ran at "
