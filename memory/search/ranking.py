@@ -33,6 +33,8 @@ class RankingKnobs:
     * ``period_boost``: added to a memory that occurred in a period the query names;
     * ``relevance_gate``: recency, importance and source priority count in proportion to the
       relevance, so they order relevant results but never lift an irrelevant one;
+    * ``answer_boost``: added to the neighbour boost's share for the turn after a memory that asks
+      a question (its likely answer);
     * ``question_penalty``: taken from the relevance of a memory that asks a question (its text
       ends with one): such a turn points at its answer, the next turn, which it still lifts
       through the neighbour boost; ranked as if it were the answer, it took a third of the
@@ -46,6 +48,7 @@ class RankingKnobs:
 
     dense_weight: float = 0.5
     neighbour_boost: float = 0.3
+    answer_boost: float = 0.0
     time_boost: float = 0.0
     period_boost: float = 0.0
     relevance_gate: bool = True
@@ -58,6 +61,7 @@ class RankingKnobs:
         return cls(
             dense_weight=settings.SEARCH_DENSE_WEIGHT,
             neighbour_boost=settings.SEARCH_NEIGHBOUR_BOOST,
+            answer_boost=settings.SEARCH_ANSWER_BOOST,
             time_boost=settings.SEARCH_TIME_BOOST,
             period_boost=settings.SEARCH_PERIOD_BOOST,
             relevance_gate=settings.SEARCH_RELEVANCE_GATE,
@@ -160,7 +164,8 @@ def fuse(
 
     Cosines are normalised over every candidate (one embedder made them all), keyword scores
     per source (the sources score keywords differently); then a share of the better session
-    neighbour's fused evidence is added, and the time evidence (``when``: what the query says
+    neighbour's fused evidence is added (a larger share from a preceding question: the
+    answer boost), and the time evidence (``when``: what the query says
     about time), the sum rescaled to [0, 1]; less the question penalty for a memory that asks a
     question.
     """
@@ -184,16 +189,21 @@ def fuse(
         (c.source, c.id): hybrid(d, k, semantic_weight)
         for c, d, k in zip(candidates, dense, keyword, strict=True)
     }
+    asking = {(c.source, c.id) for c in candidates if c.asks_question}
     time_boost = knobs.time_boost if when.asks_when else 0.0
     period_boost = knobs.period_boost if when.periods else 0.0
-    scale = 1 + knobs.neighbour_boost + time_boost + period_boost
+    scale = 1 + knobs.neighbour_boost + knobs.answer_boost + time_boost + period_boost
     for c in candidates:
+        answer_share = knobs.answer_boost if (c.source, c.previous_id) in asking else 0.0
         around = [
-            fused.get((c.source, neighbour), 0.0)
-            for neighbour in (c.previous_id, c.next_id)
+            share * fused.get((c.source, neighbour), 0.0)
+            for neighbour, share in (
+                (c.previous_id, knobs.neighbour_boost + answer_share),
+                (c.next_id, knobs.neighbour_boost),
+            )
             if neighbour is not None
         ]
-        evidence = fused[(c.source, c.id)] + knobs.neighbour_boost * max(around, default=0.0)
+        evidence = fused[(c.source, c.id)] + max(around, default=0.0)
         if time_boost and c.mentions_time:
             evidence += time_boost
         if period_boost and when.in_period(c.moment):

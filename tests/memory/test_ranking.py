@@ -151,6 +151,24 @@ def test_a_question_ranks_below_its_answer_and_still_lifts_it():
     assert question.relevance == 0.0
 
 
+def test_the_turn_after_a_question_takes_a_larger_share_of_its_evidence():
+    question = candidate(1, cosine=0.60, keyword=1.6, asks_question=True, next_id=2)
+    answer = candidate(2, cosine=0.40, keyword=0.8, previous_id=1)
+    statement = candidate(3, cosine=0.60, keyword=1.6, next_id=4)
+    reply = candidate(4, cosine=0.40, keyword=0.8, previous_id=3)
+    low = candidate(5, cosine=0.10, keyword=0.0)
+    ranking.fuse(
+        [question, answer, statement, reply, low],
+        ranking.RankingKnobs(neighbour_boost=0.3, answer_boost=0.1),
+        QueryTime(),
+    )
+    # Same evidence, same neighbour's evidence: only the question's answer gets the extra share.
+    assert answer.relevance > reply.relevance
+    # Fused 0.5 x 0.6 (cosine) + 0.5 x 0.5 (keyword) = 0.55, each neighbour fused 1.0.
+    assert reply.relevance == pytest.approx((0.55 + 0.3 * 1.0) / 1.4)
+    assert answer.relevance == pytest.approx((0.55 + 0.4 * 1.0) / 1.4)
+
+
 def test_a_named_period_lifts_the_memories_that_occurred_in_it():
     inside = candidate(1, cosine=0.50, keyword=1.0, age_days=10)
     outside = candidate(2, cosine=0.52, keyword=1.0, age_days=100)
