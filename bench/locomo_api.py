@@ -318,6 +318,18 @@ def report(result: PassResult, weights: dict[str, float] | None) -> None:
     )
 
 
+def server_errors_print(stack: Any) -> None:
+    """The server log's tracebacks: the data folder (and the log in it) is gone after the run
+    unless --keep, and a failed request's cause is in them."""
+    log = stack.data_dir / "logs" / "gunicorn.log"
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    starts = [n for n, line in enumerate(lines) if line.startswith("Traceback")]
+    print(f"server errors ({len(starts)} tracebacks in {log}):")
+    for start in starts[-3:]:
+        end = next((n for n in range(start + 1, len(lines)) if not lines[n].startswith(" ")), start)
+        print("\n".join(lines[max(start - 1, 0) : end + 1]))
+
+
 def mixed_pass(
     stack: Any,
     api: ApiClient,
@@ -349,6 +361,8 @@ def mixed_pass(
         ingest.stop()
     drained = background_drained()
     report(result, None)
+    if ingest.failures:
+        server_errors_print(stack)
     achieved = ingest.stored / ingest.seconds
     print(
         f"ingest during the pass: {ingest.stored} memories in {ingest.seconds:.1f} s = "
