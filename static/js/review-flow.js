@@ -71,6 +71,11 @@
     if (!item || event.detail.target !== item) {
       return;
     }
+    // A field of the new override the reviewer is already in (r pressed as the swap settled)
+    // keeps the focus: moving it would send their next keys elsewhere.
+    if (typing(document.activeElement) && item.contains(document.activeElement)) {
+      return;
+    }
     var focusKey = event.detail.xhr && event.detail.xhr.reviewFocusKey;
     var again = focusKey && item.querySelector('[data-focus-key="' + focusKey + '"]');
     var heading = document.getElementById("review-item-heading");
