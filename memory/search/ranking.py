@@ -164,10 +164,9 @@ def fuse(
 
     Cosines are normalised over every candidate (one embedder made them all), keyword scores
     per source (the sources score keywords differently); then a share of the better session
-    neighbour's fused evidence is added (a larger share from a preceding question: the
-    answer boost), and the time evidence (``when``: what the query says
-    about time), the sum rescaled to [0, 1]; less the question penalty for a memory that asks a
-    question.
+    neighbour's fused evidence is added (a larger share from a preceding question: the answer
+    boost), and the time evidence (``when``: what the query says about time), the sum rescaled
+    to [0, 1]; less the question penalty for a memory that asks a question.
     """
     knobs = knobs or RankingKnobs.configured()
     when = when or QueryTime()
