@@ -14,6 +14,7 @@ from celery.signals import (
 )
 
 from config import logs
+from config.cpu_priority import background_priority_take
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -63,8 +64,8 @@ def _background_priority(**_: object) -> None:
     # Only forked pool processes, which run the tasks; the main process keeps its priority.
     from django.conf import settings
 
-    if settings.WORKER_NICENESS and os.getpid() != _worker_main_pid:
-        os.nice(settings.WORKER_NICENESS)
+    if os.getpid() != _worker_main_pid:
+        background_priority_take(settings.WORKER_NICENESS)
 
 
 @worker_process_init.connect

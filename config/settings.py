@@ -204,6 +204,10 @@ WORKER_HEARTBEAT_INTERVAL_SECONDS = env_int("WORKER_HEARTBEAT_INTERVAL_SECONDS",
 WORKER_NICENESS = env_int("WORKER_NICENESS", 10)
 if not 0 <= WORKER_NICENESS <= 19:
     raise ImproperlyConfigured("WORKER_NICENESS must be from 0 to 19.")
+# Background work (the worker's pool processes, each process's bulk-embedding thread) also runs
+# under Linux's SCHED_IDLE policy: a request thread that wakes takes the core from it at once,
+# where a niced thread may first finish its time slice (config.cpu_priority).
+BACKGROUND_IDLE_POLICY = env_bool("BACKGROUND_IDLE_POLICY", default=True)
 # /healthz calls the worker unhealthy when its last heartbeat task ran longer ago than this.
 WORKER_HEARTBEAT_MAX_AGE_SECONDS = env_int("WORKER_HEARTBEAT_MAX_AGE_SECONDS", 60)
 # Only the heartbeat lives here (beat copies it into the database at start, overwriting edits);

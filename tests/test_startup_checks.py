@@ -182,11 +182,12 @@ def test_a_worker_in_its_own_process_leaves_that_process_priority_alone(settings
     from config import celery
 
     settings.WORKER_NICENESS = 10
-    before = os.nice(0)
+    settings.BACKGROUND_IDLE_POLICY = True
+    before = (os.nice(0), os.sched_getscheduler(0))
     celery._worker_main_recorded()
     celery._background_priority()
 
-    assert os.nice(0) == before
+    assert (os.nice(0), os.sched_getscheduler(0)) == before
 
 
 @pytest.mark.slow
@@ -195,6 +196,7 @@ def test_the_workers_pool_runs_tasks_at_the_configured_niceness(tmp_path, nicene
     env = {
         **os.environ,
         "WORKER_NICENESS": niceness,
+        "BACKGROUND_IDLE_POLICY": "true",
         "AGENT_MEMORY_DATA_DIR": str(tmp_path),
         # The pool starts before the worker reaches its broker: nothing needs to answer.
         "DATABASE_URL": "postgresql://nobody:nothing@127.0.0.1:9/nothing",
@@ -217,9 +219,11 @@ def test_the_workers_pool_runs_tasks_at_the_configured_niceness(tmp_path, nicene
         time.sleep(1)  # worker_process_init runs just after the fork
         assert len(pool) == 2, "the worker's pool did not start"
         assert _niceness(worker.pid) == os.nice(0)
-        assert [_niceness(child) for child in _children(worker.pid)] == [
-            min(19, os.nice(0) + int(niceness))
-        ] * 2
+        assert os.sched_getscheduler(worker.pid) == os.sched_getscheduler(0)
+        children = _children(worker.pid)
+        assert [_niceness(child) for child in children] == [max(os.nice(0), int(niceness))] * 2
+        # A request's thread takes the core from a task at once.
+        assert [os.sched_getscheduler(child) for child in children] == [os.SCHED_IDLE] * 2
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)

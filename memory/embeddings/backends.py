@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 from django.conf import settings
 
+from config.cpu_priority import background_priority_take
 from config.http import ExternalServiceError, post_json
 from config.metrics import embedder_timed
 from memory.embeddings.local_embedder import DIMENSIONS as LOCAL_DIMENSIONS
@@ -220,9 +221,10 @@ CALLER_THREAD_MAX_TEXTS = 8
 
 
 class BulkLane:
-    """One thread per process, at ``EMBEDDING_BULK_NICENESS``, that runs the calls of more than
-    ``CALLER_THREAD_MAX_TEXTS`` texts. On Linux a thread has its own niceness, so the kernel
-    gives the cores to the request threads first: a search's query embedding and SQL no longer
+    """One thread per process, at ``EMBEDDING_BULK_NICENESS`` and the idle scheduling policy
+    (config.cpu_priority), that runs the calls of more than ``CALLER_THREAD_MAX_TEXTS`` texts.
+    On Linux a thread has its own priority, so the kernel gives the cores to the request
+    threads first: a search's query embedding and SQL no longer
     queue behind a batch store's texts in the same process (onnxruntime and the tokenizer
     release the GIL while they compute). Bulk calls of one process run one at a time, leaving
     the other core to searches.
@@ -232,33 +234,27 @@ class BulkLane:
         self._executor: ThreadPoolExecutor | None = None
         # What the thread was made for: a forked child (gunicorn, Celery's pool) inherits the
         # executor but not its thread, and a setting may change (tests).
-        self._made_for = (0, 0)
+        self._made_for: tuple[int, int, bool] = (0, 0, False)
         self._lock = threading.Lock()
 
     def run(self, work: Callable[[], list[list[float]]]) -> list[list[float]]:
         niceness = settings.EMBEDDING_BULK_NICENESS
         if niceness <= 0 or not hasattr(os, "setpriority"):
             return work()
+        made_for = (os.getpid(), niceness, settings.BACKGROUND_IDLE_POLICY)
         with self._lock:
-            if self._executor is None or self._made_for != (os.getpid(), niceness):
+            if self._executor is None or self._made_for != made_for:
                 if self._executor is not None and self._made_for[0] == os.getpid():
                     self._executor.shutdown(wait=False)
                 self._executor = ThreadPoolExecutor(
                     max_workers=1,
                     thread_name_prefix="bulk-embedding",
-                    initializer=_thread_niceness_raise,
+                    initializer=background_priority_take,
                     initargs=(niceness,),
                 )
-                self._made_for = (os.getpid(), niceness)
+                self._made_for = made_for
             executor = self._executor
         return executor.submit(work).result()
-
-
-def _thread_niceness_raise(niceness: int) -> None:
-    """This thread's niceness to ``niceness``, never lower than the process's (a Celery pool
-    process is niced already; lowering it back would need privileges)."""
-    thread = threading.get_native_id()
-    os.setpriority(os.PRIO_PROCESS, thread, max(niceness, os.getpriority(os.PRIO_PROCESS, thread)))
 
 
 _bulk_lane = BulkLane()

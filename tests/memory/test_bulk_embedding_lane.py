@@ -1,6 +1,6 @@
 """Calls of more than ``CALLER_THREAD_MAX_TEXTS`` texts are embedded on a thread of lower CPU
-priority (``EMBEDDING_BULK_NICENESS``); a query's one text, or one store's few, on the caller's
-thread."""
+priority (``EMBEDDING_BULK_NICENESS``, and the idle scheduling policy with
+``BACKGROUND_IDLE_POLICY``); a query's one text, or one store's few, on the caller's thread."""
 
 from __future__ import annotations
 
@@ -15,18 +15,21 @@ from memory.embeddings.backends import CALLER_THREAD_MAX_TEXTS, EmbeddingUnavail
 
 
 class ThreadRecordingEmbedder:
-    """Answers a fixed unit vector and notes the thread and niceness each call ran at."""
+    """Answers a fixed unit vector and notes the thread, niceness and scheduling policy each call
+    ran at."""
 
     name = "test:thread-recording"
     dimensions = 3
 
     def __init__(self, fail: bool = False) -> None:
-        self.calls: list[tuple[int, int, int]] = []  # (thread id, niceness, texts)
+        self.calls: list[tuple[int, int, int, int]] = []  # (thread, niceness, policy, texts)
         self.fail = fail
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         thread = threading.get_native_id()
-        self.calls.append((thread, os.getpriority(os.PRIO_PROCESS, thread), len(texts)))
+        self.calls.append(
+            (thread, os.getpriority(os.PRIO_PROCESS, thread), os.sched_getscheduler(0), len(texts))
+        )
         if self.fail:
             raise RuntimeError("the model broke")
         return [[1.0, 0.0, 0.0] for _ in texts]
@@ -44,21 +47,29 @@ def memories(count: int) -> list[str]:
     return [f"memory {n}" for n in range(count)]
 
 
-def test_a_batch_is_embedded_on_a_niced_thread_and_a_request_s_few_on_its_own(recording, settings):
+@pytest.mark.parametrize(
+    ("idle_policy", "bulk_policy"), [(True, os.SCHED_IDLE), (False, os.SCHED_OTHER)]
+)
+def test_a_batch_is_embedded_on_a_niced_thread_and_a_request_s_few_on_its_own(
+    recording, settings, idle_policy, bulk_policy
+):
     settings.EMBEDDING_BULK_NICENESS = 10
+    settings.BACKGROUND_IDLE_POLICY = idle_policy
     caller = threading.get_native_id()
-    own = os.getpriority(os.PRIO_PROCESS, caller)
+    own = (os.getpriority(os.PRIO_PROCESS, caller), os.sched_getscheduler(0))
 
     embed_texts(["one query"])
     embed_texts(memories(CALLER_THREAD_MAX_TEXTS))  # a store's content and its neighbours'
     embed_texts(memories(CALLER_THREAD_MAX_TEXTS + 1))
 
-    query, few, (bulk_thread, bulk_niceness, texts) = recording.calls
-    assert query[:2] == few[:2] == (caller, own)
+    query, few, (bulk_thread, bulk_niceness, policy, texts) = recording.calls
+    assert query[:3] == few[:3] == (caller, *own)
     assert bulk_thread != caller
-    assert bulk_niceness == max(10, own)
+    assert bulk_niceness == max(10, own[0])
+    assert policy == bulk_policy
     assert texts == CALLER_THREAD_MAX_TEXTS + 1
-    assert os.getpriority(os.PRIO_PROCESS, caller) == own  # the caller keeps its priority
+    # The caller keeps its priority.
+    assert (os.getpriority(os.PRIO_PROCESS, caller), os.sched_getscheduler(0)) == own
 
 
 def test_niceness_zero_embeds_everything_on_the_callers_thread(recording, settings):
