@@ -223,11 +223,10 @@ CALLER_THREAD_MAX_TEXTS = 8
 class BulkLane:
     """One thread per process, at ``EMBEDDING_BULK_NICENESS`` and the idle scheduling policy
     (config.cpu_priority), that runs the calls of more than ``CALLER_THREAD_MAX_TEXTS`` texts.
-    On Linux a thread has its own priority, so the kernel gives the cores to the request
-    threads first: a search's query embedding and SQL no longer
-    queue behind a batch store's texts in the same process (onnxruntime and the tokenizer
-    release the GIL while they compute). Bulk calls of one process run one at a time, leaving
-    the other core to searches.
+    On Linux a thread has its own priority, so the kernel gives the cores to the request threads
+    first: a search's query embedding and SQL no longer queue behind a batch store's texts in
+    the same process (onnxruntime and the tokenizer release the GIL while they compute). Bulk
+    calls of one process run one at a time, leaving the other core to searches.
     """
 
     def __init__(self) -> None:
