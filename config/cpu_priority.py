@@ -9,10 +9,13 @@ work still runs whenever a core is free (bench/locomo_api.py --mixed-ingest, doc
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 
 def background_priority_take(niceness: int) -> None:
@@ -25,4 +28,7 @@ def background_priority_take(niceness: int) -> None:
     thread = threading.get_native_id()
     os.setpriority(os.PRIO_PROCESS, thread, max(niceness, os.getpriority(os.PRIO_PROCESS, thread)))
     if settings.BACKGROUND_IDLE_POLICY and hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError as exc:  # a sandbox that refuses the call (seccomp, gVisor): niceness only
+            logger.warning("background work keeps the normal scheduling policy: %s", exc)

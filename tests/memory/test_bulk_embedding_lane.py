@@ -88,3 +88,21 @@ def test_a_failure_on_the_bulk_thread_reaches_the_caller_as_an_outage(monkeypatc
 
     with pytest.raises(EmbeddingUnavailable, match="the model broke"):
         embed_texts(memories(CALLER_THREAD_MAX_TEXTS + 1))
+
+
+def test_a_system_that_refuses_the_idle_policy_leaves_the_thread_niced(
+    recording, settings, monkeypatch, caplog
+):
+    def refused(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
+    settings.EMBEDDING_BULK_NICENESS = 11  # a new thread: the lane's first thread is made for 10
+    settings.BACKGROUND_IDLE_POLICY = True
+
+    assert embed_texts(memories(CALLER_THREAD_MAX_TEXTS + 1))
+
+    (_, niceness, policy, _) = recording.calls[0]
+    assert niceness == max(11, os.nice(0))
+    assert policy == os.SCHED_OTHER
+    assert "keeps the normal scheduling policy" in caplog.text
