@@ -97,7 +97,8 @@ def stage_timers(totals: dict[str, float]) -> Iterator[None]:
         "embed_texts",
         "consolidation_plan",
         "_speakers_fill",
-        "search_documents_refresh_around",
+        "search_documents_for_new",
+        "search_documents_refresh_after_insert",
         "events_append",
     )
     originals = {name: getattr(services, name) for name in names}
@@ -247,9 +248,9 @@ def ingest(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     accounted = 0.0
     for name, seconds in sorted(stages.items(), key=lambda item: -item[1]):
         accounted += seconds
-        print(f"  {name:32} {seconds:7.2f} s  {seconds / store_seconds:6.1%}")
+        print(f"  {name:38} {seconds:7.2f} s  {seconds / store_seconds:6.1%}")
     other = store_seconds - accounted
-    print(f"  {'other (policies, keys, ORM, ...)':32} {other:7.2f} s  {other / store_seconds:6.1%}")
+    print(f"  {'other (policies, keys, ORM, ...)':38} {other:7.2f} s  {other / store_seconds:6.1%}")
     print(
         f"consolidation {args.consolidation}; the worker (consolidation, ledger events' "
         f"embeddings) was idle {drained:.1f} s after the last store; events written: "

@@ -54,6 +54,7 @@ from memory.episodic.speakers import sessions_speakers
 from memory.models import Memory, MemoryKey, MemoryRole
 from memory.search.keyword_index import (
     SessionPosition,
+    search_documents_for_new,
     search_documents_refresh_after_insert,
     search_documents_refresh_around,
 )
@@ -371,6 +372,7 @@ def _memories_write(
     # No savepoint inside a caller's transaction: rows without their events must never commit.
     with transaction.atomic(savepoint=False):
         tenant_write_lock(agent.tenant)
+        search_documents_for_new(rows)
         stored = Memory.objects.bulk_create(rows)
         search_documents_refresh_after_insert([_session_position(memory) for memory in stored])
         keys = [MemoryKey(memory_id=m.pk, tenant_id=m.tenant_id, key=key_new()) for m in stored]

@@ -165,6 +165,23 @@ def test_a_memory_stored_alone_is_written_once(agent):
     assert {"note", "session"} <= lexemes(memory)
 
 
+def test_a_batch_rewrites_only_the_stored_turns_its_window_reaches(agent):
+    """A batch's own turns are inserted with their windows complete; only the two stored turns
+    before it get a new document (each rewrite enters the row in every index again)."""
+    stored = store(agent, "alpha apples", "bravo bananas", "charlie cherries")
+    later = DAY + timedelta(minutes=10)
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = store(agent, "delta dates", "echo elders", "foxtrot figs", start=later)
+
+    rewrites = [q["sql"] for q in queries if "UPDATE memory_memory" in q["sql"]]
+    assert len(rewrites) == 1
+    assert f"'{{{stored[1].pk},{stored[2].pk}}}'" in rewrites[0]  # ids = ANY('{2,3}')
+    assert {"delta", "echo", "fig"} <= lexemes(batch[0])  # the batch-mates after it, at insert
+    assert {"delta", "echo"} <= lexemes(stored[2])
+    assert documents_recomputed_differ(agent) == []
+
+
 def test_bm25_statistics_stay_exact_through_every_kind_of_write(agent, other_agent):
     stored = store(agent, *[f"note {i} about apples and pears {i % 3}" for i in range(8)])
     store(other_agent, "pears only here")
