@@ -59,4 +59,4 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-m", "config.probe"]
 CMD ["gunicorn", "config.wsgi:application", "--bind=0.0.0.0:8000", "--worker-class=gthread", \
-     "--workers=2", "--threads=4", "--access-logfile=-"]
+     "--workers=2", "--threads=8", "--access-logfile=-"]

@@ -132,7 +132,7 @@ def _gunicorn_command(port: int, workers: int, control_socket: Path) -> list[str
         "--bind", f"127.0.0.1:{port}",
         "--workers", str(workers),
         "--worker-class", "gthread",
-        "--threads", "4",
+        "--threads", os.environ.get("WEB_THREADS", "8"),
         "--timeout", "600",
         "--graceful-timeout", "10",
     ]  # fmt: skip

@@ -168,6 +168,12 @@ def test_up_runs_the_whole_service_and_stops_cleanly_on_ctrl_c():
         assert len(seen) >= 5, seen  # gunicorn, its workers, Celery worker and beat, servers
         # The search by data folder finds the same processes, servers included.
         assert {p.pid for p in seen} <= {p.pid for p in _survivors(data_dir, [])}
+        # More request threads than an ingest's usual connections: searches must not queue
+        # behind batch stores waiting for the embedder.
+        web = [p.cmdline() for p in seen if "gunicorn" in " ".join(p.cmdline())]
+        assert web
+        assert all("--threads" in line for line in web)
+        assert {line[line.index("--threads") + 1] for line in web} == {"8"}
 
         second = subprocess.run(
             [sys.executable, "manage.py", "up", "--bind", f"127.0.0.1:{_free_port()}"],

@@ -190,6 +190,12 @@ class Command(BaseCommand):
             default=env_int("WEB_CONCURRENCY", 2),
             help="gunicorn worker processes; env WEB_CONCURRENCY (default 2).",
         )
+        parser.add_argument(
+            "--web-threads",
+            type=int,
+            default=env_int("WEB_THREADS", 8),
+            help="request threads per web process; env WEB_THREADS (default 8).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         started = time.monotonic() - _seconds_since_process_start()
@@ -212,12 +218,14 @@ class Command(BaseCommand):
         try:
             if options["web_workers"] < 1:
                 raise CommandError("--web-workers (WEB_CONCURRENCY) must be at least 1.")
+            if options["web_threads"] < 1:
+                raise CommandError("--web-threads (WEB_THREADS) must be at least 1.")
             bind = Bind.parse(options["bind"])
             bind.check_free()
             self._prepare(demo=options["demo"], verbosity=options["verbosity"])
             if self._stop_signal is None:
                 supervisor = Supervisor(
-                    self._children(bind, options["web_workers"]),
+                    self._children(bind, options["web_workers"], options["web_threads"]),
                     env={
                         **os.environ,
                         "AGENT_MEMORY_DATA_DIR": str(settings.DATA_DIR),
@@ -361,7 +369,7 @@ class Command(BaseCommand):
         self.stdout.write(f"[up] {text}")
         self.stdout.flush()
 
-    def _children(self, bind: Bind, web_workers: int) -> list[Child]:
+    def _children(self, bind: Bind, web_workers: int, web_threads: int) -> list[Child]:
         python = sys.executable
         return [
             Child(
@@ -371,7 +379,11 @@ class Command(BaseCommand):
                     "--bind", bind.spec,
                     "--workers", str(web_workers),
                     "--worker-class", "gthread",
-                    "--threads", "4",
+                    # A batch store holds its thread while the embedder works (most of a
+                    # second for 10 memories on 2 busy cores): with 4, an ingest's few
+                    # connections could take every thread of a process, and its searches
+                    # queued behind them (docs/benchmarks.md).
+                    "--threads", str(web_threads),
                     "--access-logfile", "-",
                     "--graceful-timeout", "10",
                     *_gunicorn_control_socket_args(),
