@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,11 +32,17 @@ from memory.search.plans import (
     semantic_plan,
     vector_literal,
 )
-from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, KNOWLEDGE_BASE, WORKFLOW_STEPS, Candidate
+from memory.search.ranking import (
+    AGENT_MEMORY,
+    AUDIT_LOG,
+    KNOWLEDGE_BASE,
+    WORKFLOW_STEPS,
+    Candidate,
+    KeywordTerms,
+    RankingKnobs,
+)
 from memory.search.temporal import TIME_EXPRESSION_SQL_PATTERN, QueryTime, time_expression_sql
 
-BM25_K1 = 1.2
-BM25_B = 0.75
 # Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
 MEMORY_DENSE_CANDIDATES = 100
 # Under a tag, metadata or type filter, the HNSW scan must walk past about 1 / (the share kept)
@@ -93,8 +99,9 @@ QUESTION_SQL_PATTERN = r"\?[\s\"'\u201d\u2019)]*(\[[^]]*\]\s*)?$"
 
 # One round trip: the candidates of both legs, each with what ranks it (the text and the other
 # details are read for the top K only, MEMORY_DETAILS_SQL): its cosine (keyword-only ones too: the
-# research lost 0.03 R@10 without it), its Okapi BM25 from its tsvector positions and the
-# agent's statistics, and its session neighbours for the neighbour boost. The candidate ids are
+# research lost 0.03 R@10 without it), its document's length and query lexeme counts (the ranking
+# makes its BM25 of them with the agent's statistics), and its session neighbours for the
+# neighbour boost. The candidate ids are
 # gathered into one array first so each row is read once, by primary key, however large the
 # table (a hash join would read all of it).
 MEMORY_CANDIDATES_SQL = """
@@ -104,29 +111,35 @@ candidate_ids AS MATERIALIZED (
     SELECT array_agg(id) AS ids FROM (SELECT id FROM dense UNION SELECT id FROM keyword) AS c
 ),
 query_terms AS (
-    SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS q(lexeme, idf)
+    SELECT * FROM unnest(%(lexemes)s::text[]) WITH ORDINALITY AS q(lexeme, n)
 )
 SELECT m.id, extract(epoch FROM m.occurred_at)::float8 AS occurred_epoch, m.content_hash,
        {effective_importance} AS effective_importance,
        {cosine} AS cosine,
-       coalesce((
-           SELECT sum(q.idf * array_length(u.positions, 1) * (%(k1)s + 1)
-                      / (array_length(u.positions, 1)
-                         + %(k1)s * (1 - %(b)s + %(b)s * m.search_length / %(avgdl)s::float8)))
-           -- Only the query's lexemes leave the document: setweight marks them and ts_filter
-           -- keeps them, both in C, instead of one row per lexeme of the candidate's window.
-           FROM unnest(ts_filter(
-               setweight(setweight(d.document, 'D'), 'A', %(lexemes)s::text[]), '{{a}}'
-           )) AS u
-           JOIN query_terms AS q ON q.lexeme = u.lexeme
-       ), 0) AS keyword,
+       m.search_length / %(avgdl)s::float8 AS length_ratio,
+       terms.own_counts, terms.window_counts,
        before.id AS previous_id, after.id AS next_id,
-       {own_match} AS own_match, {mentions_time} AS mentions_time,
+       {mentions_time} AS mentions_time,
        m.content ~ %(question_pattern)s AS asks_question
 FROM memory_memory AS m
 -- The keyword document lives out of line (TOAST): every function given m.search_vector would
 -- fetch and copy it again. The lateral copy fetches it once per candidate for both uses.
 CROSS JOIN LATERAL (SELECT m.search_vector || ''::tsvector AS document OFFSET 0) AS d
+-- Each query lexeme's occurrences in the whole document and in the own line (weight A), in the
+-- order of %(lexemes)s: the ranking weighs the two (ranking.KeywordTerms). Only the query's
+-- lexemes leave the document: setweight marks them and ts_filter keeps them, both in C,
+-- instead of one row per lexeme of the candidate's window.
+CROSS JOIN LATERAL (
+    SELECT array_agg(coalesce(array_length(w.positions, 1), 0) ORDER BY q.n) AS window_counts,
+           array_agg(coalesce(array_length(o.positions, 1), 0) ORDER BY q.n) AS own_counts
+    FROM query_terms AS q
+    LEFT JOIN unnest(ts_filter(
+        setweight(setweight(d.document, 'D'), 'A', %(lexemes)s::text[]), '{{a}}'
+    )) AS w ON w.lexeme = q.lexeme
+    LEFT JOIN unnest(ts_filter(
+        setweight(setweight(ts_filter(d.document, '{{a}}'), 'D'), 'A', %(lexemes)s::text[]), '{{a}}'
+    )) AS o ON o.lexeme = q.lexeme
+) AS terms
 LEFT JOIN LATERAL (
     SELECT p.id FROM memory_memory AS p
     WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
@@ -141,12 +154,6 @@ LEFT JOIN LATERAL (
 ) AS after ON true
 WHERE m.id = ANY((SELECT ids FROM candidate_ids)::bigint[])
 """
-
-
-def tsquery_any(lexemes: Iterable[str]) -> str:
-    """A tsquery matching any of these lexemes, each quoted so no character is an operator."""
-    quoted = ("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes)
-    return " | ".join(quoted)
 
 
 def bm25_idf(*, documents: int, df: int) -> float:
@@ -497,11 +504,9 @@ def memory_candidates_query(
         "keyword_k": MEMORY_KEYWORD_CANDIDATES,
         "ef_search": hnsw_ef_search(semantic_share(documents, table_rows, filters)),
         "agent_lexemes": [f"{agent.pk}:{lexeme}" for lexeme in fetching],
-        "any_lexeme": tsquery_any(lexeme for _, lexeme in present),
         "lexemes": lexemes,
+        # Read by memory_candidates, not by the statement: the BM25 is made in the ranking.
         "idfs": idfs,
-        "k1": BM25_K1,
-        "b": BM25_B,
         "avgdl": positions / documents if documents else 1.0,
         "decay_base": DECAY_BASE,
         "week": SECONDS_PER_WEEK,
@@ -523,8 +528,6 @@ def memory_candidates_query(
         # Unqualified columns in it resolve to the memory: no other relation has them.
         effective_importance=EFFECTIVE_IMPORTANCE_SQL,
         cosine=cosine_similarity_sql("m.embedding") if vector is not None else "NULL",
-        # The memory's own line (weight A) shares a word with the query, not just a neighbour.
-        own_match="ts_filter(d.document, '{a}') @@ %(any_lexeme)s::tsquery" if present else "false",
         mentions_time=time_expression_sql("m.content") if when and when.asks_when else "false",
     )
     return sql, params
@@ -559,25 +562,38 @@ def memory_candidates(
         hnsw_scan_configure(cursor, ef_search=params["ef_search"], order="relaxed_order")
         cursor.execute(sql, params)
         rows = rows_named(cursor)
-    return [
-        Candidate(
-            source=AGENT_MEMORY,
-            id=int(row.id),
-            content="",  # read for the hits kept (memory_hits_completed)
-            cosine=None if row.cosine is None else float(row.cosine),
-            keyword=float(row.keyword),
-            moment=datetime.fromtimestamp(float(row.occurred_epoch), tz=UTC),
-            importance=float(row.effective_importance),
-            content_hash=row.content_hash,
-            details={},
-            previous_id=row.previous_id,
-            next_id=row.next_id,
-            own_match=bool(row.own_match),
-            mentions_time=bool(row.mentions_time),
-            asks_question=bool(row.asks_question),
+    own_line_weight = RankingKnobs.configured().own_line_weight
+    candidates = []
+    for row in rows:
+        terms = KeywordTerms(
+            params["idfs"],
+            row.own_counts or (),
+            row.window_counts or (),
+            float(row.length_ratio),
         )
-        for row in rows
-    ]
+        candidates.append(memory_candidate(row, terms, own_line_weight))
+    return candidates
+
+
+def memory_candidate(row: Any, terms: KeywordTerms, own_line_weight: float) -> Candidate:
+    return Candidate(
+        source=AGENT_MEMORY,
+        id=int(row.id),
+        content="",  # read for the hits kept (memory_hits_completed)
+        cosine=None if row.cosine is None else float(row.cosine),
+        keyword=terms.score(own_line_weight),
+        keyword_terms=terms,
+        moment=datetime.fromtimestamp(float(row.occurred_epoch), tz=UTC),
+        importance=float(row.effective_importance),
+        content_hash=row.content_hash,
+        details={},
+        previous_id=row.previous_id,
+        next_id=row.next_id,
+        # The memory's own line shares a word with the query, not just a neighbour's.
+        own_match=any(terms.own),
+        mentions_time=bool(row.mentions_time),
+        asks_question=bool(row.asks_question),
+    )
 
 
 # Pseudo-relevance feedback: each candidate's mean cosine to the first ranking's best memories,

@@ -39,6 +39,11 @@ class RankingKnobs:
       ends with one): such a turn points at its answer, the next turn, which it still lifts
       through the neighbour boost; ranked as if it were the answer, it took a third of the
       top 10 on LoCoMo dev while one evidence turn in eight is a question;
+    * ``own_line_weight``: how much more an occurrence of a query word counts in a memory's own
+      line than in its session neighbours' lines of its keyword document (BM25F: the weighted
+      counts go through BM25's saturation). The window lets a question find the turn beside
+      the one that names its words; at weight 1 the five turns of a window score nearly alike,
+      and the turn that says it does not stand out from its neighbours;
     * ``feedback_weight``: pseudo-relevance feedback (Rocchio on the vectors): a second
       ranking adds this times each candidate's mean cosine to the first ranking's
       ``feedback_docs`` best memories to its own cosine, so evidence phrased like the best
@@ -53,6 +58,7 @@ class RankingKnobs:
     period_boost: float = 0.0
     relevance_gate: bool = True
     question_penalty: float = 0.0
+    own_line_weight: float = 1.0
     feedback_weight: float = 0.0
     feedback_docs: int = 3
 
@@ -66,6 +72,7 @@ class RankingKnobs:
             period_boost=settings.SEARCH_PERIOD_BOOST,
             relevance_gate=settings.SEARCH_RELEVANCE_GATE,
             question_penalty=settings.SEARCH_QUESTION_PENALTY,
+            own_line_weight=settings.SEARCH_OWN_LINE_WEIGHT,
             feedback_weight=settings.SEARCH_FEEDBACK_WEIGHT,
             feedback_docs=settings.SEARCH_FEEDBACK_DOCS,
         )
@@ -84,9 +91,50 @@ class SearchWeights:
         return cls(similarity, recency, importance, priority)
 
 
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+class KeywordTerms:
+    """A memory's Okapi BM25 ingredients for the query's lexemes, its own line's occurrences
+    apart from its neighbours' (memory.search.keyword_index: the own line is weight A), so the
+    score can weigh them differently (BM25F, ``RankingKnobs.own_line_weight``).
+
+    ``idfs``, ``own`` and ``window`` run over the query's lexemes in the same order: each one's
+    IDF, its occurrences in the memory's own line, and in the whole document (own line
+    included). ``length_ratio``: the document's length over the agent's mean.
+    """
+
+    __slots__ = ("_scores", "idfs", "length_ratio", "own", "window")
+
+    def __init__(
+        self,
+        idfs: Sequence[float],
+        own: Sequence[int],
+        window: Sequence[int],
+        length_ratio: float,
+    ) -> None:
+        self.idfs, self.own, self.window = tuple(idfs), tuple(own), tuple(window)
+        self.length_ratio = length_ratio
+        # A ranking asks once per weight; the research grid asks hundreds of times.
+        self._scores: dict[float, float] = {}
+
+    def score(self, own_line_weight: float) -> float:
+        if own_line_weight not in self._scores:
+            saturation = BM25_K1 * (1 - BM25_B + BM25_B * self.length_ratio)
+            total = 0.0
+            for idf, own, window in zip(self.idfs, self.own, self.window, strict=True):
+                count = window + (own_line_weight - 1) * own
+                if count > 0:
+                    total += idf * count * (BM25_K1 + 1) / (count + saturation)
+            self._scores[own_line_weight] = total
+        return self._scores[own_line_weight]
+
+
 @dataclass
 class Candidate:
-    """One possible result, before ranking. ``keyword`` is the source's raw keyword score."""
+    """One possible result, before ranking. ``keyword`` is the source's raw keyword score; for
+    an agent memory ``fuse`` sets it from ``keyword_terms`` under the ranking's knobs."""
 
     source: str
     id: int
@@ -107,6 +155,7 @@ class Candidate:
     asks_question: bool = False
     # Mean cosine to the first ranking's best memories (pseudo-relevance feedback), if asked.
     feedback: float | None = None
+    keyword_terms: KeywordTerms | None = None
     relevance: float = 0.0
 
 
@@ -170,6 +219,9 @@ def fuse(
     """
     knobs = knobs or RankingKnobs.configured()
     when = when or QueryTime()
+    for c in candidates:
+        if c.keyword_terms is not None:
+            c.keyword = c.keyword_terms.score(knobs.own_line_weight)
     cosines = [
         c.cosine + knobs.feedback_weight * c.feedback
         if c.cosine is not None and c.feedback is not None

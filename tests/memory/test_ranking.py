@@ -169,6 +169,45 @@ def test_the_turn_after_a_question_takes_a_larger_share_of_its_evidence():
     assert answer.relevance == pytest.approx((0.55 + 0.4 * 1.0) / 1.4)
 
 
+def test_bm25_at_own_line_weight_one_is_plain_bm25_over_the_window():
+    terms = ranking.KeywordTerms(idfs=(2.0, 0.5), own=(1, 0), window=(2, 3), length_ratio=1.5)
+    saturation = ranking.BM25_K1 * (1 - ranking.BM25_B + ranking.BM25_B * 1.5)
+    plain = sum(
+        idf * tf * (ranking.BM25_K1 + 1) / (tf + saturation) for idf, tf in ((2.0, 2), (0.5, 3))
+    )
+    assert terms.score(1.0) == pytest.approx(plain)
+    # An own occurrence counts three times at weight 3: 2 + 2 x 1 for the first lexeme.
+    first = 2.0 * 4 * (ranking.BM25_K1 + 1) / (4 + saturation)
+    third = 0.5 * 3 * (ranking.BM25_K1 + 1) / (3 + saturation)
+    assert terms.score(3.0) == pytest.approx(first + third)
+    assert ranking.KeywordTerms(idfs=(), own=(), window=(), length_ratio=1.0).score(3.0) == 0.0
+
+
+def test_the_turn_that_says_the_words_outranks_the_neighbours_that_share_its_window():
+    # One window of three turns: each document holds the query word once, only the middle
+    # turn's own line says it; their cosines favour the first turn a little.
+    def window():
+        return [
+            candidate(1, cosine=0.52, keyword=0.0, next_id=2),
+            candidate(2, cosine=0.50, keyword=0.0, previous_id=1, next_id=3),
+            candidate(3, cosine=0.50, keyword=0.0, previous_id=2),
+            candidate(4, cosine=0.10, keyword=0.0),
+        ]
+
+    def ranked(own_line_weight):
+        candidates = window()
+        for c, own in zip(candidates, (0, 1, 0, 0), strict=True):
+            in_window = 1 if c.id != 4 else 0
+            c.keyword_terms = ranking.KeywordTerms((1.0,), (own,), (in_window,), 1.0)
+        ranking.fuse(candidates, ranking.RankingKnobs(own_line_weight=own_line_weight))
+        # The keyword score shown with a hit is the one that ranked it.
+        assert candidates[1].keyword == candidates[1].keyword_terms.score(own_line_weight)
+        return [c.id for c in sorted(candidates, key=lambda c: -c.relevance)]
+
+    assert ranked(1.0)[0] == 1
+    assert ranked(3.0)[0] == 2
+
+
 def test_a_named_period_lifts_the_memories_that_occurred_in_it():
     inside = candidate(1, cosine=0.50, keyword=1.0, age_days=10)
     outside = candidate(2, cosine=0.52, keyword=1.0, age_days=100)

@@ -23,7 +23,6 @@ from memory.search.legs import (
     filtered_where,
     memory_candidates_query,
     semantic_share,
-    tsquery_any,
 )
 from memory.search.plans import SemanticPlan, hnsw_ef_search, nearest_rows_sql
 from memory.search.ranking import AGENT_MEMORY, AUDIT_LOG, SOURCES, WORKFLOW_STEPS, SearchWeights
@@ -193,10 +192,6 @@ def test_bm25_statistics_stay_exact_through_every_kind_of_write(agent, other_age
     assert stats_kept(agent) == stats_recounted(agent)
     assert stats_kept(other_agent) == stats_recounted(other_agent)
     assert stats_kept(agent)[1][0] == 6
-
-
-def test_tsquery_quoting_makes_operators_plain_text():
-    assert tsquery_any(["it's", "a\\b", "x|y"]) == "'it''s' | 'a\\\\b' | 'x|y'"
 
 
 # --- search ------------------------------------------------------------------------------------
@@ -675,6 +670,41 @@ def test_candidates_that_ask_a_question_are_marked(agent):
         )
     }
     assert marks == {memory.pk: asks for memory, asks in zip(stored, texts.values(), strict=True)}
+
+
+def test_candidates_count_the_query_words_of_their_own_line_apart_from_the_window(agent):
+    from memory.search.legs import memory_candidates
+
+    before, saying, after = store(
+        agent,
+        "We went hiking on Saturday.",
+        "The zebra at the zoo ate an apple, then another apple.",
+        "Sounds like a fun day out.",
+    )
+    (elsewhere,) = store(agent, "An apple pie for dessert.", session="s2")
+    now = timezone.now()
+    found = {
+        c.id: c
+        for c in memory_candidates(
+            agent=agent, query="zebra apple", vector=None, filters=MemoryFilter(), now=now
+        )
+    }
+    # Per query lexeme ("appl", "zebra": the query's tsvector order), own line then window.
+    counts = {pk: (c.keyword_terms.own, c.keyword_terms.window) for pk, c in found.items()}
+    assert counts == {
+        before.pk: ((0, 0), (2, 1)),
+        saying.pk: ((2, 1), (2, 1)),
+        after.pk: ((0, 0), (2, 1)),
+        elsewhere.pk: ((1, 0), (1, 0)),
+    }
+    assert {pk: c.own_match for pk, c in found.items()} == {
+        before.pk: False,
+        saying.pk: True,
+        after.pk: False,
+        elsewhere.pk: True,
+    }
+    # The configured weight made the score: the turn that says the words scores highest.
+    assert max(found.values(), key=lambda c: c.keyword).id == saying.pk
 
 
 def test_the_time_boost_ranks_the_dated_memory_first_for_a_when_question(agent, settings):
