@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -109,15 +110,22 @@ WITH dense AS ({dense}),
 keyword AS ({keyword}),
 candidate_ids AS MATERIALIZED (
     SELECT array_agg(id) AS ids FROM (SELECT id FROM dense UNION SELECT id FROM keyword) AS c
-),
-query_terms AS (
-    SELECT * FROM unnest(%(lexemes)s::text[]) WITH ORDINALITY AS q(lexeme, n)
 )
 SELECT m.id, extract(epoch FROM m.occurred_at)::float8 AS occurred_epoch, m.content_hash,
        {effective_importance} AS effective_importance,
        {cosine} AS cosine,
        m.search_length / %(avgdl)s::float8 AS length_ratio,
-       terms.own_counts, terms.window_counts,
+       -- The query's lexemes with their positions in the whole document and in the own line
+       -- (weight A): the ranking weighs the two (ranking.KeywordTerms). setweight marks the
+       -- query's lexemes and ts_filter keeps them, both in C; as text, psycopg reads them
+       -- without a row per lexeme in the executor.
+       ts_filter(
+           setweight(setweight(d.document, 'D'), 'A', %(lexemes)s::text[]), '{{a}}'
+       )::text AS window_terms,
+       ts_filter(
+           setweight(setweight(ts_filter(d.document, '{{a}}'), 'D'), 'A', %(lexemes)s::text[]),
+           '{{a}}'
+       )::text AS own_terms,
        before.id AS previous_id, after.id AS next_id,
        {mentions_time} AS mentions_time,
        m.content ~ %(question_pattern)s AS asks_question
@@ -125,21 +133,6 @@ FROM memory_memory AS m
 -- The keyword document lives out of line (TOAST): every function given m.search_vector would
 -- fetch and copy it again. The lateral copy fetches it once per candidate for both uses.
 CROSS JOIN LATERAL (SELECT m.search_vector || ''::tsvector AS document OFFSET 0) AS d
--- Each query lexeme's occurrences in the whole document and in the own line (weight A), in the
--- order of %(lexemes)s: the ranking weighs the two (ranking.KeywordTerms). Only the query's
--- lexemes leave the document: setweight marks them and ts_filter keeps them, both in C,
--- instead of one row per lexeme of the candidate's window.
-CROSS JOIN LATERAL (
-    SELECT array_agg(coalesce(array_length(w.positions, 1), 0) ORDER BY q.n) AS window_counts,
-           array_agg(coalesce(array_length(o.positions, 1), 0) ORDER BY q.n) AS own_counts
-    FROM query_terms AS q
-    LEFT JOIN unnest(ts_filter(
-        setweight(setweight(d.document, 'D'), 'A', %(lexemes)s::text[]), '{{a}}'
-    )) AS w ON w.lexeme = q.lexeme
-    LEFT JOIN unnest(ts_filter(
-        setweight(setweight(ts_filter(d.document, '{{a}}'), 'D'), 'A', %(lexemes)s::text[]), '{{a}}'
-    )) AS o ON o.lexeme = q.lexeme
-) AS terms
 LEFT JOIN LATERAL (
     SELECT p.id FROM memory_memory AS p
     WHERE m.session_id <> '' AND p.tenant_id = m.tenant_id AND p.agent_id = m.agent_id
@@ -563,16 +556,34 @@ def memory_candidates(
         cursor.execute(sql, params)
         rows = rows_named(cursor)
     own_line_weight = RankingKnobs.configured().own_line_weight
+    lexemes = params["lexemes"]
     candidates = []
     for row in rows:
+        own, window = tsvector_counts(row.own_terms), tsvector_counts(row.window_terms)
         terms = KeywordTerms(
             params["idfs"],
-            row.own_counts or (),
-            row.window_counts or (),
+            [own.get(lexeme, 0) for lexeme in lexemes],
+            [window.get(lexeme, 0) for lexeme in lexemes],
             float(row.length_ratio),
         )
         candidates.append(memory_candidate(row, terms, own_line_weight))
     return candidates
+
+
+# One entry of a tsvector's text form: 'lexeme' (a quote doubled, a backslash escaped), then
+# perhaps its positions (":3A,10A").
+TSVECTOR_ENTRY = re.compile(r"'((?:[^'\\]|''|\\.)*)'(?::([0-9A-D,]+))?")
+TSVECTOR_ESCAPE = re.compile(r"'(')|\\(.)")
+
+
+def tsvector_counts(text: str | None) -> dict[str, int]:
+    """Each lexeme of a tsvector's text form with its number of positions (1 without any)."""
+    counts = {}
+    for lexeme, positions in TSVECTOR_ENTRY.findall(text or ""):
+        if "'" in lexeme or "\\" in lexeme:
+            lexeme = TSVECTOR_ESCAPE.sub(lambda m: m.group(1) or m.group(2), lexeme)
+        counts[lexeme] = positions.count(",") + 1 if positions else 1
+    return counts
 
 
 def memory_candidate(row: Any, terms: KeywordTerms, own_line_weight: float) -> Candidate:

@@ -707,6 +707,22 @@ def test_candidates_count_the_query_words_of_their_own_line_apart_from_the_windo
     assert max(found.values(), key=lambda c: c.keyword).id == saying.pk
 
 
+def test_lexeme_counts_are_read_from_postgresqls_text_of_a_tsvector():
+    from memory.search.legs import tsvector_counts
+
+    lexemes = ["it's", "a\\b", "two words", "x:y", "plain"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT setweight(array_to_tsvector(%s::text[]), 'A')::text,"
+            " to_tsvector('english', 'apple pie, apple tart, apple')::text",
+            [lexemes],
+        )
+        unpositioned, positioned = cursor.fetchone()
+    assert tsvector_counts(unpositioned) == dict.fromkeys(lexemes, 1)
+    assert tsvector_counts(positioned) == {"appl": 3, "pie": 1, "tart": 1}
+    assert tsvector_counts(None) == tsvector_counts("") == {}
+
+
 def test_the_time_boost_ranks_the_dated_memory_first_for_a_when_question(agent, settings):
     dated, plain = store(
         agent,
