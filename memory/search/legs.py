@@ -102,9 +102,8 @@ QUESTION_SQL_PATTERN = r"\?[\s\"'\u201d\u2019)]*(\[[^]]*\]\s*)?$"
 # details are read for the top K only, MEMORY_DETAILS_SQL): its cosine (keyword-only ones too: the
 # research lost 0.03 R@10 without it), its document's length and query lexeme counts (the ranking
 # makes its BM25 of them with the agent's statistics), and its session neighbours for the
-# neighbour boost. The candidate ids are
-# gathered into one array first so each row is read once, by primary key, however large the
-# table (a hash join would read all of it).
+# neighbour boost. The candidate ids are gathered into one array first so each row is read
+# once, by primary key, however large the table (a hash join would read all of it).
 MEMORY_CANDIDATES_SQL = """
 WITH dense AS ({dense}),
 keyword AS ({keyword}),
