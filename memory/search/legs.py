@@ -41,6 +41,7 @@ from memory.search.ranking import (
     Candidate,
     KeywordTerms,
     RankingKnobs,
+    bm25_idf,
 )
 from memory.search.temporal import TIME_EXPRESSION_SQL_PATTERN, QueryTime, time_expression_sql
 
@@ -146,10 +147,6 @@ LEFT JOIN LATERAL (
 ) AS after ON true
 WHERE m.id = ANY((SELECT ids FROM candidate_ids)::bigint[])
 """
-
-
-def bm25_idf(*, documents: int, df: int) -> float:
-    return math.log(1 + (documents - df + 0.5) / (df + 0.5))
 
 
 # Tags, metadata and memory type narrow the agent's rows by an unknown share: assumed a tenth,

@@ -95,6 +95,10 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 
 
+def bm25_idf(*, documents: int, df: int) -> float:
+    return math.log(1 + (documents - df + 0.5) / (df + 0.5))
+
+
 class KeywordTerms:
     """A memory's Okapi BM25 ingredients for the query's lexemes, its own line's occurrences
     apart from its neighbours' (memory.search.keyword_index: the own line is weight A), so the
