@@ -6,10 +6,12 @@ Two kinds of evidence follow from a question's time words (memory.search.ranking
   long ago ...") is best answered by a memory whose own text carries a time ("I ran a charity
   race last Sunday"): the search marks the candidates whose content matches
   ``TIME_EXPRESSION`` (in SQL, ``time_expression_sql``);
-* a question that names a period ("in May 2023", "in June", "last week", "3 days ago") is about
-  memories that occurred in it: ``Period.holds`` tests a memory's ``occurred_at``. Relative
-  periods are resolved against the search's ``now``; a month named without a year matches
-  that month of any year.
+* a question that names a period ("in May 2023", "in June", "last week", "3 days ago",
+  "between August 11 and August 15 2023", "the week before 16 November 2023", "summer 2021")
+  is about memories that occurred in it: ``Period.holds`` tests a memory's ``occurred_at``.
+  Relative periods are resolved against the search's ``now``; a month named without a year
+  matches that month of any year; a time before or after a date keeps the date's own day,
+  on which a memory may tell of it ("we moved in last week").
 
 The parser is deliberately small and English-only: it recognises what users and agents type,
 nothing is inferred from context, and a query with no time words yields ``QueryTime()``, which
@@ -120,23 +122,44 @@ def _month_span(year: int, month: int) -> Period:
     return Period(start, end)
 
 
-def _day_span(year: int, month: int, day: int) -> Period | None:
+def _day_start(year: int, month: int, day: int) -> datetime | None:
     try:
-        start = datetime(year, month, day, tzinfo=UTC)
+        return datetime(year, month, day, tzinfo=UTC)
     except ValueError:
         return None
-    return Period(start, start + timedelta(days=1))
 
 
 def _back(now: datetime, days: float) -> datetime:
     return now - timedelta(days=days)
 
 
+# Between a date's day or month and its year: "8 May 2023", "May 8, 2023", "December 1,2023".
+_YEAR_GAP = r"(?:,\s*|\s+)"
 _DAY_MONTH_YEAR = re.compile(
-    rf"\b(\d{{1,2}})(?:st|nd|rd|th)? (?:of )?({_MONTH_RE})\.?,? (\d{{4}})\b"
+    rf"\b(\d{{1,2}})(?:st|nd|rd|th)? (?:of )?({_MONTH_RE})\.?{_YEAR_GAP}(\d{{4}})\b"
 )
-_MONTH_DAY_YEAR = re.compile(rf"\b({_MONTH_RE})\.? (\d{{1,2}})(?:st|nd|rd|th)?,? (\d{{4}})\b")
+_MONTH_DAY_YEAR = re.compile(
+    rf"\b({_MONTH_RE})\.? (\d{{1,2}})(?:st|nd|rd|th)?{_YEAR_GAP}(\d{{4}})\b"
+)
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+# The first day of a range whose last day carries the year: "between August 11 and August 15
+# 2023", "from 3 to 9 May 2023", "between May 1, 2023 and May 9, 2023". Matched against the text
+# just before the last day's date.
+_RANGE_START = re.compile(
+    rf"\b(?:between|from) (?:({_MONTH_RE}) (\d{{1,2}})(?:st|nd|rd|th)?|(\d{{1,2}})(?:st|nd|rd|th)?"
+    rf"(?: (?:of )?({_MONTH_RE}))?)(?:{_YEAR_GAP}(\d{{4}}))? "
+    r"(?:and|to|until|through|-) $"
+)
+# An offset from a date, matched against the text just before it: "the week before", "two weeks
+# before", "the Sunday before", "a few days after".
+_OFFSET = re.compile(
+    r"\b(?:(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few) )?"
+    r"(day|week|weekend|month|(?:mon|tues|wednes|thurs|fri|satur|sun)day)s? "
+    r"(before|after|prior to|following) (?:on |of )?$"
+)
+# Seasons of a year, northern hemisphere: "summer 2021", "the spring of 2023".
+_SEASON = re.compile(r"\b(spring|summer|fall|autumn|winter) (?:of )?((?:19|20)\d{2})\b")
+_SEASON_MONTHS = {"spring": (3, 6), "summer": (6, 9), "fall": (9, 12), "autumn": (9, 12)}
 _MONTH_YEAR = re.compile(rf"\b({_MONTH_RE})\.?,? (\d{{4}})\b")
 # A month without a year. "May" is also a verb: only after a preposition, like any short form.
 _MONTH_ALONE = re.compile(
@@ -198,27 +221,93 @@ def _relative_periods(text: str, now: datetime) -> list[Period]:
     return periods
 
 
-def query_time(query: str, now: datetime) -> QueryTime:
-    """What a query says about time (see the module's docstring)."""
-    lowered = query.lower()
-    periods: list[Period] = []
-    consumed = lowered
+def _dated_days(text: str) -> list[tuple[re.Match[str], datetime]]:
+    """Every full date in ``text`` ("8 May 2023", "May 8, 2023", "2023-05-08") and the start of
+    its day."""
+    days: list[tuple[re.Match[str], datetime]] = []
     for pattern, order in (
         (_DAY_MONTH_YEAR, "dmy"),
         (_MONTH_DAY_YEAR, "mdy"),
         (_ISO_DATE, "iso"),
     ):
-        for match in pattern.finditer(lowered):
+        for match in pattern.finditer(text):
             if order == "dmy":
                 day, month, year = match.group(1), _MONTH_NUMBER[match.group(2)], match.group(3)
             elif order == "mdy":
                 month, day, year = _MONTH_NUMBER[match.group(1)], match.group(2), match.group(3)
             else:
                 year, month, day = match.group(1), int(match.group(2)), match.group(3)
-            span = _day_span(int(year), int(month), int(day))
-            if span is not None:
-                periods.append(span)
-                consumed = consumed.replace(match.group(0), " ")
+            start = _day_start(int(year), int(month), int(day))
+            if start is not None:
+                days.append((match, start))
+    return days
+
+
+def _around(text: str, match: re.Match[str], day: datetime) -> tuple[Period, str]:
+    """A dated day as the period the words before it make of it, and the text those words and
+    the date take: a range's last day ("between August 11 and August 15 2023"), a day some time
+    after or before another ("the week before 16 November 2023": that week and the day itself,
+    on which a memory may tell of it), or the day alone."""
+    end = day + timedelta(days=1)
+    before = text[: match.start()]
+    if (start := _RANGE_START.search(before)) is not None:
+        first = _range_first_day(start, day)
+        if first is not None and first < end:
+            return Period(first, end), start.group(0) + match.group(0)
+    if (offset := _OFFSET.search(before)) is not None:
+        count = offset.group(1)
+        amount = 1 if count is None else int(count) if count.isdigit() else _NUMBER_WORDS[count]
+        unit = offset.group(2)
+        span = timedelta(days=amount * (1 if unit == "day" else 30 if unit == "month" else 7))
+        if offset.group(3) in ("before", "prior to"):
+            return Period(day - span, end), offset.group(0) + match.group(0)
+        return Period(day, end + span), offset.group(0) + match.group(0)
+    return Period(day, end), match.group(0)
+
+
+def _range_first_day(start: re.Match[str], last: datetime) -> datetime | None:
+    """The start of a range's first day from ``_RANGE_START``'s groups, its month and year
+    taken from the last day when the words leave them out ("from 3 to 9 May 2023")."""
+    month_name = start.group(1) or start.group(4)
+    day = start.group(2) or start.group(3)
+    month = _MONTH_NUMBER[month_name] if month_name else last.month
+    year = int(start.group(5)) if start.group(5) else last.year
+    return _day_start(year, month, int(day))
+
+
+def _seasons(text: str) -> list[tuple[str, list[Period]]]:
+    """Each season a year names ("summer 2021") as its words and its months."""
+    out: list[tuple[str, list[Period]]] = []
+    for match in _SEASON.finditer(text):
+        season, year = match.group(1), int(match.group(2))
+        if season == "winter":
+            # The winter a year names: its first months and its December.
+            spans = [
+                Period(datetime(year, 1, 1, tzinfo=UTC), datetime(year, 3, 1, tzinfo=UTC)),
+                Period(datetime(year, 12, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)),
+            ]
+        else:
+            first, after = _SEASON_MONTHS[season]
+            spans = [
+                Period(datetime(year, first, 1, tzinfo=UTC), datetime(year, after, 1, tzinfo=UTC))
+            ]
+        out.append((match.group(0), spans))
+    return out
+
+
+def query_time(query: str, now: datetime) -> QueryTime:
+    """What a query says about time (see the module's docstring)."""
+    lowered = query.lower()
+    periods: list[Period] = []
+    consumed = lowered
+    for match, day in _dated_days(lowered):
+        period, words = _around(lowered, match, day)
+        periods.append(period)
+        for piece in (words, match.group(0)):
+            consumed = consumed.replace(piece, " ")
+    for words, spans in _seasons(consumed):
+        periods += spans
+        consumed = consumed.replace(words, " ")
     for match in _MONTH_YEAR.finditer(consumed):
         periods.append(_month_span(int(match.group(2)), _MONTH_NUMBER[match.group(1)]))
         consumed = consumed.replace(match.group(0), " ")
@@ -230,5 +319,5 @@ def query_time(query: str, now: datetime) -> QueryTime:
         periods.append(
             Period(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
         )
-    periods += _relative_periods(lowered, now)
+    periods += _relative_periods(consumed, now)
     return QueryTime(asks_when=bool(_ASKS_WHEN.search(query)), periods=tuple(periods))

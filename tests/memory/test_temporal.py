@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -52,6 +52,52 @@ def test_absolute_periods_hold_exactly_their_days(query, inside, outside):
     when = query_time(query, NOW)
     assert when.in_period(inside)
     assert not when.in_period(outside)
+
+
+@pytest.mark.parametrize(
+    ("query", "first", "last"),
+    [
+        (
+            "Where was John between August 11 and August 15 2023?",
+            day(2023, 8, 11),
+            day(2023, 8, 15),
+        ),
+        ("between May 1st, 2023 and May 9th, 2023", day(2023, 5, 1), day(2023, 5, 9)),
+        ("the sprint from 3 to 9 May 2023", day(2023, 5, 3), day(2023, 5, 9)),
+        # The week before a date, and the date itself: a memory of that day may tell of it.
+        ("Where was Tim in the week before 16 November 2023?", day(2023, 11, 9), day(2023, 11, 16)),
+        ("the puppy she got two weeks before August 11, 2023", day(2023, 7, 28), day(2023, 8, 11)),
+        ("on the Sunday before October 25, 2022", day(2022, 10, 18), day(2022, 10, 25)),
+        ("a few days after 3 June 2023", day(2023, 6, 3), day(2023, 6, 6)),
+        ("the forest picture shared on December 1,2023", day(2023, 12, 1), day(2023, 12, 1)),
+        ("What state did Joanna visit in summer 2021?", day(2021, 6, 1), day(2021, 8, 31)),
+    ],
+)
+def test_ranges_offsets_and_seasons_hold_their_days_and_no_more(query, first, last):
+    when = query_time(query, NOW)
+    assert when.in_period(first)
+    assert when.in_period(last)
+    assert not when.in_period(first - timedelta(days=1))
+    assert not when.in_period(last + timedelta(days=1))
+
+
+def test_a_time_before_a_date_is_not_also_resolved_against_now():
+    when = query_time("What did Maria do last weekend before April 10, 2023?", NOW)
+    assert when.periods == (Period(day(2023, 4, 3), day(2023, 4, 11)),)
+
+
+def test_a_range_backwards_is_its_last_day_alone():
+    when = query_time("between May 9 and May 1 2023", NOW)
+    assert when.in_period(day(2023, 5, 1))
+    assert not when.in_period(day(2023, 5, 5))
+
+
+def test_winter_is_the_first_months_and_the_december_of_its_year():
+    when = query_time("snow in winter 2023", NOW)
+    assert when.in_period(day(2023, 2, 28))
+    assert when.in_period(day(2023, 12, 31))
+    assert not when.in_period(day(2023, 3, 1))
+    assert not when.in_period(day(2024, 1, 1))
 
 
 def test_a_month_without_a_year_matches_that_month_of_any_year():
