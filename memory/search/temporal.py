@@ -157,6 +157,9 @@ _OFFSET = re.compile(
     r"(day|week|weekend|month|(?:mon|tues|wednes|thurs|fri|satur|sun)day)s? "
     r"(before|after|prior to|following) (?:on |of )?$"
 )
+# Characters before a date searched for a range's first day or an offset ("between September
+# 30th, 2023 and ", "a couple of weeks before "): more than either takes.
+_LOOK_BACK = 48
 # Seasons of a year, northern hemisphere: "summer 2021", "the spring of 2023".
 _SEASON = re.compile(r"\b(spring|summer|fall|autumn|winter) (?:of )?((?:19|20)\d{2})\b")
 _SEASON_MONTHS = {"spring": (3, 6), "summer": (6, 9), "fall": (9, 12), "autumn": (9, 12)}
@@ -243,26 +246,29 @@ def _dated_days(text: str) -> list[tuple[re.Match[str], datetime]]:
     return days
 
 
-def _around(text: str, match: re.Match[str], day: datetime) -> tuple[Period, str]:
-    """A dated day as the period the words before it make of it, and the text those words and
-    the date take: a range's last day ("between August 11 and August 15 2023"), a day some time
-    after or before another ("the week before 16 November 2023": that week and the day itself,
-    on which a memory may tell of it), or the day alone."""
+def _around(text: str, match: re.Match[str], day: datetime) -> tuple[Period, int]:
+    """A dated day as the period the words before it make of it, and where those words start
+    (the date's own start when there are none): a range's last day ("between August 11 and
+    August 15 2023"), a day some time after or before another ("the week before 16 November
+    2023": that week and the day itself, on which a memory may tell of it), or the day alone."""
     end = day + timedelta(days=1)
-    before = text[: match.start()]
+    # The words that make a range or an offset are a few before the date; a longer look back
+    # would cost every date of a long query the whole text before it.
+    look_from = max(0, match.start() - _LOOK_BACK)
+    before = text[look_from : match.start()]
     if (start := _RANGE_START.search(before)) is not None:
         first = _range_first_day(start, day)
         if first is not None and first < end:
-            return Period(first, end), start.group(0) + match.group(0)
+            return Period(first, end), look_from + start.start()
     if (offset := _OFFSET.search(before)) is not None:
         count = offset.group(1)
         amount = 1 if count is None else int(count) if count.isdigit() else _NUMBER_WORDS[count]
         unit = offset.group(2)
         span = timedelta(days=amount * (1 if unit == "day" else 30 if unit == "month" else 7))
         if offset.group(3) in ("before", "prior to"):
-            return Period(day - span, end), offset.group(0) + match.group(0)
-        return Period(day, end + span), offset.group(0) + match.group(0)
-    return Period(day, end), match.group(0)
+            return Period(day - span, end), look_from + offset.start()
+        return Period(day, end + span), look_from + offset.start()
+    return Period(day, end), match.start()
 
 
 def _range_first_day(start: re.Match[str], last: datetime) -> datetime | None:
@@ -275,9 +281,9 @@ def _range_first_day(start: re.Match[str], last: datetime) -> datetime | None:
     return _day_start(year, month, int(day))
 
 
-def _seasons(text: str) -> list[tuple[str, list[Period]]]:
-    """Each season a year names ("summer 2021") as its words and its months."""
-    out: list[tuple[str, list[Period]]] = []
+def _seasons(text: str) -> list[tuple[re.Match[str], list[Period]]]:
+    """Each season a year names ("summer 2021") and its months."""
+    out: list[tuple[re.Match[str], list[Period]]] = []
     for match in _SEASON.finditer(text):
         season, year = match.group(1), int(match.group(2))
         if season == "winter":
@@ -291,26 +297,40 @@ def _seasons(text: str) -> list[tuple[str, list[Period]]]:
             spans = [
                 Period(datetime(year, first, 1, tzinfo=UTC), datetime(year, after, 1, tzinfo=UTC))
             ]
-        out.append((match.group(0), spans))
+        out.append((match, spans))
     return out
+
+
+def _blank(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with the characters of these spans as spaces: words already read as a time are
+    not read again (a dated day's month as a month of any year, say). Linear in the text, so
+    a long query with many dates costs no more than its length."""
+    if not spans:
+        return text
+    chars = list(text)
+    for start, end in spans:
+        chars[start:end] = " " * (end - start)
+    return "".join(chars)
 
 
 def query_time(query: str, now: datetime) -> QueryTime:
     """What a query says about time (see the module's docstring)."""
     lowered = query.lower()
     periods: list[Period] = []
-    consumed = lowered
+    read: list[tuple[int, int]] = []
     for match, day in _dated_days(lowered):
-        period, words = _around(lowered, match, day)
+        period, words_start = _around(lowered, match, day)
         periods.append(period)
-        for piece in (words, match.group(0)):
-            consumed = consumed.replace(piece, " ")
-    for words, spans in _seasons(consumed):
+        read.append((words_start, match.end()))
+    consumed = _blank(lowered, read)
+    read = []
+    for match, spans in _seasons(consumed):
         periods += spans
-        consumed = consumed.replace(words, " ")
+        read.append(match.span())
     for match in _MONTH_YEAR.finditer(consumed):
         periods.append(_month_span(int(match.group(2)), _MONTH_NUMBER[match.group(1)]))
-        consumed = consumed.replace(match.group(0), " ")
+        read.append(match.span())
+    consumed = _blank(consumed, read)
     for match in _MONTH_ALONE.finditer(consumed):
         name = match.group(1) or match.group(2)
         periods.append(Period(month=_MONTH_NUMBER[name.lower()]))
