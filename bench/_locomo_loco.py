@@ -21,7 +21,7 @@ import hashlib
 import itertools
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
@@ -388,6 +388,7 @@ def run(convs: list[Conversation], cache_dir: Path, data_dir: Path, grid_names: 
         base = grid.index({**defaults, **{k: v[0] for k, v in grid_spec.items()}})
         fixed = [g for g, knobs in enumerate(grid) if all(knobs[k] == v for k, v in FIXED.items())]
         ablation(speaker, grid, choice_table, names, grid_spec, fixed)
+        choice_rules(speaker, grid, choice_table, names, grid_spec, fixed)
         for variant in variants:
             for mode in (DEFAULT_WEIGHTS, RELEVANCE_ONLY):
                 table = (
@@ -478,6 +479,110 @@ def ablation(
         + " | ".join(f"{per[k]:.3f}" for k in per)
         + " |"
     )
+
+
+def choice_rules(
+    variant: Variant,
+    grid: list[dict[str, Any]],
+    table: Any,
+    names: list[str],
+    grid_spec: dict[str, tuple[Any, ...]],
+    allowed: list[int],
+) -> None:
+    """How much the held-out figure owes to the rule that picks a setting on four
+    conversations: the harness's rule (best question-weighted R@10) beside three others, and
+    the rule itself chosen by leave-one-out inside each fold's four (nested). Every row of
+    ``table`` is read, so run it after the whole grid is ranked."""
+    r10s = np.array([[values["r10"] for values in table[g]] for g in range(len(grid))])
+    conv_of = np.array([q.conv for q in variant.questions])
+    sums = np.stack([r10s[:, conv_of == c].sum(axis=1) for c in names], axis=1)
+    counts = np.array([(conv_of == c).sum() for c in names])
+    column = {c: k for k, c in enumerate(names)}
+    knobs = list(grid_spec)
+    position = {tuple(grid[g][k] for k in knobs): g for g in range(len(grid))}
+    choosable = np.array(allowed)
+
+    def pooled(keep: Sequence[str]) -> Any:
+        cols = [column[c] for c in keep]
+        return sums[:, cols].sum(axis=1) / counts[cols].sum()
+
+    def macro(keep: Sequence[str]) -> Any:
+        cols = [column[c] for c in keep]
+        return (sums[:, cols] / counts[cols]).mean(axis=1)
+
+    def best(scores: Any, among: Any) -> int:
+        # Ties: the earlier setting (the grid lists simpler values first), as ``loco`` does.
+        rounded = np.round(scores[among], 6)
+        return int(among[np.flatnonzero(rounded == rounded.max())[0]])
+
+    def neighbours(g: int) -> list[int]:
+        out = [g]
+        for knob, values in grid_spec.items():
+            step = values.index(grid[g][knob])
+            for other in (step - 1, step + 1):
+                if knob not in FIXED and 0 <= other < len(values):
+                    moved = {**grid[g], knob: values[other]}
+                    out.append(position[tuple(moved[k] for k in knobs)])
+        return out
+
+    around = {g: neighbours(g) for g in allowed}
+
+    def smoothed(keep: Sequence[str]) -> int:
+        scores = pooled(keep)
+        means = np.zeros(len(grid))
+        means[choosable] = [scores[around[g]].mean() for g in allowed]
+        return best(means, choosable)
+
+    def coordinate(keep: Sequence[str]) -> int:
+        """From every knob's first value, each knob in turn to its best value given the
+        others, until none changes."""
+        scores = pooled(keep)
+        current = {k: FIXED.get(k, values[0]) for k, values in grid_spec.items()}
+        for _ in range(len(knobs) + 1):
+            before = dict(current)
+            for knob, values in grid_spec.items():
+                if knob in FIXED:
+                    continue
+                options = np.array(
+                    [position[tuple({**current, knob: v}[k] for k in knobs)] for v in values]
+                )
+                current[knob] = grid[best(scores, options)][knob]
+            if current == before:
+                break
+        return position[tuple(current[k] for k in knobs)]
+
+    rules: dict[str, Callable[[Sequence[str]], int]] = {
+        "best question-weighted R@10 (the harness's)": lambda keep: best(pooled(keep), choosable),
+        "best mean of the conversations' R@10": lambda keep: best(macro(keep), choosable),
+        "coordinate ascent from the first values": coordinate,
+        "best mean over the setting and its grid neighbours": smoothed,
+    }
+
+    def nested(keep: Sequence[str]) -> int:
+        def inner(rule: Callable[[Sequence[str]], int]) -> float:
+            hits = sum(sums[rule([c for c in keep if c != d]), column[d]] for d in keep)
+            return float(hits / counts[[column[d] for d in keep]].sum())
+
+        scored = [round(inner(rule), 6) for rule in rules.values()]
+        return list(rules.values())[scored.index(max(scored))](keep)
+
+    print("\n### the rule that picks a setting on four conversations (with speaker metadata)")
+    print("| rule | held-out R@10 across folds | pooled | per fold | chosen on all five |")
+    print("|---|---|---|---|---|")
+    for name, rule in [
+        *rules.items(),
+        ("the rule chosen by leave-one-out inside each fold", nested),
+    ]:
+        folds = [(held, rule([c for c in names if c != held])) for held in names]
+        held_out = [sums[g, column[held]] / counts[column[held]] for held, g in folds]
+        pooled_out = sum(sums[g, column[held]] for held, g in folds) / counts.sum()
+        print(
+            f"| {name} | {summarise(held_out)} | {pooled_out:.3f} | "
+            + " ".join(
+                f"{held} {value:.3f}" for (held, _), value in zip(folds, held_out, strict=True)
+            )
+            + f" | {label({k: grid[rule(names)][k] for k in knobs})} |"
+        )
 
 
 class LazyTable:
