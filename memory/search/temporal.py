@@ -61,6 +61,13 @@ _NUMBER_WORDS = {
     "couple of": 2,
     "few": 3,
 }
+# A count in digits or words: "3", "two", "a couple of" (``_amount`` reads it).
+_AMOUNT = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few)"
+
+
+def _amount(words: str) -> int:
+    return int(words) if words.isdigit() else _NUMBER_WORDS[words]
+
 
 # Words that make a memory's text carry a time: relative days, named days and months, years,
 # spans ("two weeks", "a few months"). One pattern for SQL (``~*``, ARE word boundaries \m \M)
@@ -116,9 +123,11 @@ class QueryTime:
         return any(period.holds(moment) for period in self.periods)
 
 
-def _month_span(year: int, month: int) -> Period:
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+def _months(year: int, first: int, count: int) -> Period:
+    """``count`` whole months from month ``first`` of ``year`` (past its December if need be)."""
+    start = datetime(year, first, 1, tzinfo=UTC)
+    after = first - 1 + count
+    end = datetime(year + after // 12, after % 12 + 1, 1, tzinfo=UTC)
     return Period(start, end)
 
 
@@ -153,7 +162,7 @@ _RANGE_START = re.compile(
 # An offset from a date, matched against the text just before it: "the week before", "two weeks
 # before", "the Sunday before", "a few days after".
 _OFFSET = re.compile(
-    r"\b(?:(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few) )?"
+    rf"\b(?:{_AMOUNT} )?"
     r"(day|week|weekend|month|(?:mon|tues|wednes|thurs|fri|satur|sun)day)s? "
     r"(before|after|prior to|following) (?:on |of )?$"
 )
@@ -162,7 +171,15 @@ _OFFSET = re.compile(
 _LOOK_BACK = 48
 # Seasons of a year, northern hemisphere: "summer 2021", "the spring of 2023".
 _SEASON = re.compile(r"\b(spring|summer|fall|autumn|winter) (?:of )?((?:19|20)\d{2})\b")
-_SEASON_MONTHS = {"spring": (3, 6), "summer": (6, 9), "fall": (9, 12), "autumn": (9, 12)}
+# Each season's (first month, months); the winter a year names is its first months and its
+# December.
+_SEASONS = {
+    "spring": [(3, 3)],
+    "summer": [(6, 3)],
+    "fall": [(9, 3)],
+    "autumn": [(9, 3)],
+    "winter": [(1, 2), (12, 1)],
+}
 _MONTH_YEAR = re.compile(rf"\b({_MONTH_RE})\.?,? (\d{{4}})\b")
 # A month without a year. "May" is also a verb: only after a preposition, like any short form.
 _MONTH_ALONE = re.compile(
@@ -173,8 +190,7 @@ _MONTH_ALONE = re.compile(
 )
 _YEAR = re.compile(r"\b(?:in|during|of|since|by|before|after|until|year) ((?:19|20)\d{2})\b")
 _RELATIVE_SPAN = re.compile(
-    r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few) "
-    r"(day|week|month|year)s? ago\b",
+    rf"\b{_AMOUNT} (day|week|month|year)s? ago\b",
     re.IGNORECASE,
 )
 _UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
@@ -216,7 +232,7 @@ def _relative_periods(text: str, now: datetime) -> list[Period]:
             periods.append(Period(start, end))
     for match in _RELATIVE_SPAN.finditer(text):
         count = match.group(1)
-        amount = int(count) if count.isdigit() else _NUMBER_WORDS[count]
+        amount = _amount(count)
         centre = _back(today, amount * _UNIT_DAYS[match.group(2)])
         # "3 weeks ago" is about then, give or take half a unit (at least a day).
         slack = max(1, _UNIT_DAYS[match.group(2)] // 2)
@@ -262,9 +278,9 @@ def _around(text: str, match: re.Match[str], day: datetime) -> tuple[Period, int
             return Period(first, end), look_from + start.start()
     if (offset := _OFFSET.search(before)) is not None:
         count = offset.group(1)
-        amount = 1 if count is None else int(count) if count.isdigit() else _NUMBER_WORDS[count]
-        unit = offset.group(2)
-        span = timedelta(days=amount * (1 if unit == "day" else 30 if unit == "month" else 7))
+        amount = 1 if count is None else _amount(count)
+        # A weekend or a named weekday before a date: the week before it.
+        span = timedelta(days=amount * _UNIT_DAYS.get(offset.group(2), 7))
         if offset.group(3) in ("before", "prior to"):
             return Period(day - span, end), look_from + offset.start()
         return Period(day, end + span), look_from + offset.start()
@@ -286,18 +302,7 @@ def _seasons(text: str) -> list[tuple[re.Match[str], list[Period]]]:
     out: list[tuple[re.Match[str], list[Period]]] = []
     for match in _SEASON.finditer(text):
         season, year = match.group(1), int(match.group(2))
-        if season == "winter":
-            # The winter a year names: its first months and its December.
-            spans = [
-                Period(datetime(year, 1, 1, tzinfo=UTC), datetime(year, 3, 1, tzinfo=UTC)),
-                Period(datetime(year, 12, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)),
-            ]
-        else:
-            first, after = _SEASON_MONTHS[season]
-            spans = [
-                Period(datetime(year, first, 1, tzinfo=UTC), datetime(year, after, 1, tzinfo=UTC))
-            ]
-        out.append((match, spans))
+        out.append((match, [_months(year, first, count) for first, count in _SEASONS[season]]))
     return out
 
 
@@ -328,7 +333,7 @@ def query_time(query: str, now: datetime) -> QueryTime:
         periods += spans
         read.append(match.span())
     for match in _MONTH_YEAR.finditer(consumed):
-        periods.append(_month_span(int(match.group(2)), _MONTH_NUMBER[match.group(1)]))
+        periods.append(_months(int(match.group(2)), _MONTH_NUMBER[match.group(1)], 1))
         read.append(match.span())
     consumed = _blank(consumed, read)
     for match in _MONTH_ALONE.finditer(consumed):
@@ -336,8 +341,6 @@ def query_time(query: str, now: datetime) -> QueryTime:
         periods.append(Period(month=_MONTH_NUMBER[name.lower()]))
     for match in _YEAR.finditer(consumed):
         year = int(match.group(1))
-        periods.append(
-            Period(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
-        )
+        periods.append(_months(year, 1, 12))
     periods += _relative_periods(consumed, now)
     return QueryTime(asks_when=bool(_ASKS_WHEN.search(query)), periods=tuple(periods))
