@@ -43,7 +43,7 @@ from memory.search.ranking import (
     RankingKnobs,
     bm25_idf,
 )
-from memory.search.temporal import TIME_EXPRESSION_SQL_PATTERN, QueryTime, time_expression_sql
+from memory.search.temporal import QueryTime
 
 # Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
 MEMORY_DENSE_CANDIDATES = 100
@@ -97,6 +97,8 @@ NO_ROWS = "SELECT NULL::bigint AS id WHERE false"
 
 # A memory whose text ends with a question (ranking.RankingKnobs.question_penalty): "?", then
 # perhaps closing quotes or brackets and one trailing bracketed note ("[shares a photo of ...]").
+# The pattern of the SQL function memory_asks_question (migration memory.0025), which keeps
+# ``Memory.asks_question``: changing it needs a migration.
 QUESTION_SQL_PATTERN = r"\?[\s\"'\u201d\u2019)]*(\[[^]]*\]\s*)?$"
 
 # One round trip: the candidates of both legs, each with what ranks it (the text and the other
@@ -127,8 +129,9 @@ SELECT m.id, extract(epoch FROM m.occurred_at)::float8 AS occurred_epoch, m.cont
            '{{a}}'
        )::text AS own_terms,
        before.id AS previous_id, after.id AS next_id,
+       -- Kept by a trigger (migration memory.0025); null in rows written before it.
        {mentions_time} AS mentions_time,
-       m.content ~ %(question_pattern)s AS asks_question
+       coalesce(m.asks_question, memory_asks_question(m.content)) AS asks_question
 FROM memory_memory AS m
 -- The keyword document lives out of line (TOAST): every function given m.search_vector would
 -- fetch and copy it again. The lateral copy fetches it once per candidate for both uses.
@@ -500,8 +503,6 @@ def memory_candidates_query(
         "decay_base": DECAY_BASE,
         "week": SECONDS_PER_WEEK,
         **filters.sql()[1],
-        "time_pattern": TIME_EXPRESSION_SQL_PATTERN,
-        "question_pattern": QUESTION_SQL_PATTERN,
     }
     dense = (
         dense_leg_sql(
@@ -517,7 +518,11 @@ def memory_candidates_query(
         # Unqualified columns in it resolve to the memory: no other relation has them.
         effective_importance=EFFECTIVE_IMPORTANCE_SQL,
         cosine=cosine_similarity_sql("m.embedding") if vector is not None else "NULL",
-        mentions_time=time_expression_sql("m.content") if when and when.asks_when else "false",
+        mentions_time=(
+            "coalesce(m.mentions_time, memory_mentions_time(m.content))"
+            if when and when.asks_when
+            else "false"
+        ),
     )
     return sql, params
 

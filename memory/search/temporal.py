@@ -5,7 +5,7 @@ Two kinds of evidence follow from a question's time words (memory.search.ranking
 * a question that asks when something happened ("When did Melanie run a charity race?", "How
   long ago ...") is best answered by a memory whose own text carries a time ("I ran a charity
   race last Sunday"): the search marks the candidates whose content matches
-  ``TIME_EXPRESSION`` (in SQL, ``time_expression_sql``);
+  ``TIME_EXPRESSION`` (kept in SQL as ``Memory.mentions_time``);
 * a question that names a period ("in May 2023", "in June", "last week", "3 days ago",
   "between August 11 and August 15 2023", "the week before 16 November 2023", "summer 2021")
   is about memories that occurred in it: ``Period.holds`` tests a memory's ``occurred_at``.
@@ -71,7 +71,9 @@ def _amount(words: str) -> int:
 
 # Words that make a memory's text carry a time: relative days, named days and months, years,
 # spans ("two weeks", "a few months"). One pattern for SQL (``~*``, ARE word boundaries \m \M)
-# and Python (\b), so the service and the tests agree.
+# and Python (\b), so the service and the tests agree. The SQL one is the SQL function
+# memory_mentions_time's (migration memory.0025), which keeps ``Memory.mentions_time``: changing
+# it needs a migration.
 _TIME_EXPRESSION_BODY = (
     r"(yesterday|today|tonight|tomorrow|ago|recently|lately|since|weekend|"
     r"(last|next|this|past|coming|previous) (week|month|year|night|time|summer|winter|spring|"
@@ -84,12 +86,6 @@ _TIME_EXPRESSION_BODY = (
 )
 TIME_EXPRESSION = re.compile(rf"\b{_TIME_EXPRESSION_BODY}\b", re.IGNORECASE)
 TIME_EXPRESSION_SQL_PATTERN = rf"\m{_TIME_EXPRESSION_BODY}\M"
-
-
-def time_expression_sql(column: str, parameter: str = "time_pattern") -> str:
-    """SQL: whether ``column`` carries a time expression (%(<parameter>)s is
-    ``TIME_EXPRESSION_SQL_PATTERN``)."""
-    return f"({column} ~* %({parameter})s)"
 
 
 # A question asking for a time: "when", "what year", "how long ago", "since when", "what date".

@@ -644,6 +644,83 @@ def test_a_question_asking_when_marks_the_memories_that_name_a_time(agent):
     )
 
 
+MARKED_TEXTS = [
+    "I went to a support group yesterday",
+    "We ran the race LAST SUNDAY",
+    "I've known them for 4 years",
+    "Back in August we moved",
+    "a couple of weeks ago I started",
+    "I love painting sunsets",
+    "Maybe we may go",
+    "Mondayish vibes",
+    "Is that from 2022?",
+    "Do you like it? [shares a photo of a dog]",
+]
+
+
+def test_the_kept_marks_follow_the_text_and_agree_with_python(agent):
+    """``Memory.mentions_time`` is PostgreSQL's reading of the pattern the query parser reads in
+    Python: both must say the same of every text, also after an edit."""
+    from memory.search.legs import QUESTION_SQL_PATTERN
+    from memory.search.temporal import TIME_EXPRESSION, TIME_EXPRESSION_SQL_PATTERN
+
+    stored = store(agent, *MARKED_TEXTS)
+    rows = Memory.objects.filter(pk__in=[m.pk for m in stored])
+    assert {m.content: m.mentions_time for m in rows} == {
+        text: bool(TIME_EXPRESSION.search(text)) for text in MARKED_TEXTS
+    }
+    assert [m.content for m in rows if m.asks_question] == [
+        "Is that from 2022?",
+        "Do you like it? [shares a photo of a dog]",
+    ]
+
+    edited = memory_update(
+        memory=stored[5], actor="system", changes={"content": "Painted sunsets last week?"}
+    )
+    edited.refresh_from_db()
+    assert (edited.mentions_time, edited.asks_question) == (True, True)
+
+    # The migration wrote the patterns as they were then; the code's must still be the same.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT proname, prosrc FROM pg_proc"
+            " WHERE proname IN ('memory_mentions_time', 'memory_asks_question')"
+        )
+        sources = dict(cursor.fetchall())
+
+    def quoted(pattern: str) -> str:
+        return "'" + pattern.replace("'", "''") + "'"
+
+    assert quoted(TIME_EXPRESSION_SQL_PATTERN) in sources["memory_mentions_time"]
+    assert quoted(QUESTION_SQL_PATTERN) in sources["memory_asks_question"]
+
+
+def test_memories_written_before_the_marks_were_kept_are_marked_by_their_text(agent):
+    from memory.search.legs import memory_candidates
+    from memory.search.temporal import query_time
+
+    stored = store(agent, "We met the group yesterday", "Which group?", "The group was kind")
+    # As the rows stood before migration memory.0025: no marks kept.
+    Memory.objects.filter(pk__in=[m.pk for m in stored]).update(
+        mentions_time=None, asks_question=None
+    )
+    query = "When did we meet the group?"
+    now = timezone.now()
+    candidates = memory_candidates(
+        agent=agent,
+        query=query,
+        vector=None,
+        filters=MemoryFilter(),
+        now=now,
+        when=query_time(query, now),
+    )
+    assert {c.id: (c.mentions_time, c.asks_question) for c in candidates} == {
+        stored[0].pk: (True, False),
+        stored[1].pk: (False, True),
+        stored[2].pk: (False, False),
+    }
+
+
 def test_candidates_that_ask_a_question_are_marked(agent):
     from memory.search.legs import memory_candidates
     from memory.search.temporal import query_time
