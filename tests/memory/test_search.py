@@ -606,42 +606,35 @@ def test_its_own_agent_finds_its_private_reflection(private_reflection, agent):
     }
 
 
-def test_a_question_asking_when_marks_the_memories_that_name_a_time(agent):
+def keyword_candidates(agent, query):
+    """The agent-memory candidates of a query without a vector, as a search now would make
+    them (with the time the query names)."""
     from memory.search.legs import memory_candidates
     from memory.search.temporal import query_time
 
+    now = timezone.now()
+    return memory_candidates(
+        agent=agent,
+        query=query,
+        vector=None,
+        filters=MemoryFilter(),
+        now=now,
+        when=query_time(query, now),
+    )
+
+
+def test_a_question_asking_when_marks_the_memories_that_name_a_time(agent):
     dated, plain = store(
         agent,
         "Caroline went to the LGBTQ support group yesterday.",
         "Caroline found the LGBTQ support group powerful.",
     )
     query = "When did Caroline go to the LGBTQ support group?"
-    now = timezone.now()
-    marks = {
-        c.id: c.mentions_time
-        for c in memory_candidates(
-            agent=agent,
-            query=query,
-            vector=None,
-            filters=MemoryFilter(),
-            now=now,
-            when=query_time(query, now),
-        )
-    }
+    marks = {c.id: c.mentions_time for c in keyword_candidates(agent, query)}
     assert marks == {dated.pk: True, plain.pk: False}
     # A question that does not ask when marks nothing (and the SQL skips the pattern).
     other = "What did Caroline think of the LGBTQ support group?"
-    assert not any(
-        c.mentions_time
-        for c in memory_candidates(
-            agent=agent,
-            query=other,
-            vector=None,
-            filters=MemoryFilter(),
-            now=now,
-            when=query_time(other, now),
-        )
-    )
+    assert not any(c.mentions_time for c in keyword_candidates(agent, other))
 
 
 MARKED_TEXTS = [
@@ -696,24 +689,12 @@ def test_the_kept_marks_follow_the_text_and_agree_with_python(agent):
 
 
 def test_memories_written_before_the_marks_were_kept_are_marked_by_their_text(agent):
-    from memory.search.legs import memory_candidates
-    from memory.search.temporal import query_time
-
     stored = store(agent, "We met the group yesterday", "Which group?", "The group was kind")
     # As the rows stood before migration memory.0025: no marks kept.
     Memory.objects.filter(pk__in=[m.pk for m in stored]).update(
         mentions_time=None, asks_question=None
     )
-    query = "When did we meet the group?"
-    now = timezone.now()
-    candidates = memory_candidates(
-        agent=agent,
-        query=query,
-        vector=None,
-        filters=MemoryFilter(),
-        now=now,
-        when=query_time(query, now),
-    )
+    candidates = keyword_candidates(agent, "When did we meet the group?")
     assert {c.id: (c.mentions_time, c.asks_question) for c in candidates} == {
         stored[0].pk: (True, False),
         stored[1].pk: (False, True),
@@ -722,9 +703,6 @@ def test_memories_written_before_the_marks_were_kept_are_marked_by_their_text(ag
 
 
 def test_candidates_that_ask_a_question_are_marked(agent):
-    from memory.search.legs import memory_candidates
-    from memory.search.temporal import query_time
-
     texts = {
         "What pet do you have?": True,
         "Do you like it? [shares a photo of a dog on a sofa]": True,
@@ -734,18 +712,7 @@ def test_candidates_that_ask_a_question_are_marked(agent):
         "We got a pet [a dog?] last week.": False,
     }
     stored = store(agent, *texts)
-    now = timezone.now()
-    marks = {
-        c.id: c.asks_question
-        for c in memory_candidates(
-            agent=agent,
-            query="pet dog",
-            vector=None,
-            filters=MemoryFilter(),
-            now=now,
-            when=query_time("pet dog", now),
-        )
-    }
+    marks = {c.id: c.asks_question for c in keyword_candidates(agent, "pet dog")}
     assert marks == {memory.pk: asks for memory, asks in zip(stored, texts.values(), strict=True)}
 
 
