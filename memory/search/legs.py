@@ -46,11 +46,16 @@ from memory.search.ranking import (
 from memory.search.temporal import QueryTime
 
 # Candidate pool sizes: the semantic leg's top N per source; the keyword leg's rows per query.
-MEMORY_DENSE_CANDIDATES = 100
+# A search's time grows with its candidates (each is read, scored in SQL and parsed): 60 rather
+# than 100 semantic candidates left LoCoMo dev's R@10 as it was in every conversation (0.852
+# against 0.851; every leave-one-conversation-out fold chose 60 over 100 beside the ranking
+# knobs) with 15 % fewer candidates (167 against 196 a question) and 2 ms less per search at the
+# p95 (docs/retrieval-research.md, "Candidate pools").
+MEMORY_DENSE_CANDIDATES = 60
 # Under a tag, metadata or type filter, the HNSW scan must walk past about 1 / (the share kept)
-# rows for each one it returns: asking for half as many halves the walk, and the ranking of ten
-# results does not need a hundred semantic candidates from a tenth of the rows. 30 let recall@10
-# fall below 0.95, one query finding none of its ten (bench/memory_scale.py).
+# rows for each one it returns: asking for fewer shortens the walk (it was half of 100 before the
+# unfiltered pool became 60). 30 let recall@10 fall below 0.95, one query finding none of its ten
+# (bench/memory_scale.py).
 MEMORY_DENSE_CANDIDATES_NARROWED = 50
 MEMORY_KEYWORD_CANDIDATES = 300
 # The keyword leg fetches the rows of the query's rarest lexemes while they number at most this

@@ -324,7 +324,7 @@ def test_the_semantic_leg_leaves_the_index_to_agents_with_many_memories(
     assert params["ef_search"] >= 200
     # The index walks about 1 / share rows per row returned under a tag filter: it asks for
     # fewer there.
-    assert params["dense_k"] == (50 if plan is SemanticPlan.INDEX and filters.narrowing else 100)
+    assert params["dense_k"] == (50 if plan is SemanticPlan.INDEX and filters.narrowing else 60)
 
 
 @pytest.mark.parametrize(
