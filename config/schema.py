@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from typing import Any
 
 from drf_spectacular import openapi
@@ -178,11 +179,25 @@ def document_error_responses(
 # --- Query parameters, as documented ---------------------------------------------------------
 
 
-@functools.cache
+# drf-spectacular resolves each schema extension's target class the first time a schema is
+# made, and two threads doing it at once can fail: one sets a class it could not import to None
+# while the other reads it as a name (AttributeError, a 500 for a batch store that was a
+# process's first request beside a search; the LoCoMo ingest benchmark, 2026-12-07). Every
+# schema this process makes is made under this lock (config.views.SchemaView too).
+schema_generation_lock = threading.Lock()
+
+
 def _documented_operations() -> list[tuple[re.Pattern[str], dict[str, frozenset[str]]]]:
     """(path regex, {method: query parameter names}) of every operation of the served schema,
     concrete paths before templated ones (OpenAPI's own matching rule: ``/trust/metrics/``
-    before ``/trust/{id}/``). Generated once per process, in about 0.2 s."""
+    before ``/trust/{id}/``). Generated once per process, in about 0.2 s, by the first request
+    while the others wait."""
+    with schema_generation_lock:
+        return _documented_operations_made()
+
+
+@functools.cache
+def _documented_operations_made() -> list[tuple[re.Pattern[str], dict[str, frozenset[str]]]]:
     from drf_spectacular.generators import SchemaGenerator
 
     generator = SchemaGenerator()  # type: ignore[no-untyped-call]

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from config import probes, views
 from config.metrics import metrics_view
@@ -30,7 +30,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     *pages,
     path("api/v1/", include((api_v1, "api"), namespace="api")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", views.SchemaView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start script as a file: no inline script for the CSP.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
 ]

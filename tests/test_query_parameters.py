@@ -197,3 +197,52 @@ def test_a_tampered_page_cursor_is_never_a_500(tenant, reviewer_client, url):
     response = reviewer_client.get(url)
 
     assert response.status_code in (200, 400)
+
+
+def test_a_process_first_requests_at_once_all_get_the_documented_parameters(monkeypatch):
+    """The schema is made on a process's first request; several requests at once made it at
+    once, and drf-spectacular's extension loading is not thread-safe: one thread set a target it
+    could not import to None while another still read it as a name (AttributeError, a 500)."""
+    import sys
+    import threading
+
+    from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+
+    from config import schema
+
+    # An optional extension for a package that is not installed, as a fresh process has it
+    # (drf-spectacular ships several); the registry is restored afterwards.
+    monkeypatch.setattr(
+        OpenApiSerializerFieldExtension,
+        "_registry",
+        list(OpenApiSerializerFieldExtension._registry),
+    )
+
+    class AbsentPackageField(OpenApiSerializerFieldExtension):  # type: ignore[misc]
+        target_class = "absent_package_for_this_test.fields.Field"
+        optional = True
+
+    schema._documented_operations_made.cache_clear()
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often, as a busy process's do
+    start = threading.Barrier(6)
+    answers: list[Any] = []
+
+    def first_request() -> None:
+        start.wait()
+        try:
+            answers.append(operation_query_parameters("GET", "/api/v1/memories/"))
+        except Exception as exc:  # the race's AttributeError, were it back
+            answers.append(exc)
+
+    try:
+        threads = [threading.Thread(target=first_request) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch_interval)
+    assert AbsentPackageField.target_class is None
+    assert len(answers) == 6
+    assert all(isinstance(answer, frozenset) and "page_size" in answer for answer in answers)
