@@ -218,7 +218,7 @@ def test_a_process_first_requests_at_once_all_get_the_documented_parameters(monk
         list(OpenApiSerializerFieldExtension._registry),
     )
 
-    class AbsentPackageField(OpenApiSerializerFieldExtension):  # type: ignore[misc]
+    class AbsentPackageField(OpenApiSerializerFieldExtension):
         target_class = "absent_package_for_this_test.fields.Field"
         optional = True
 
